@@ -50,3 +50,16 @@ class LaunchError(MpiwaitError):
     def __init__(self, message: str, exit_code: ExitCode, *, hint: str | None = None) -> None:
         super().__init__(message, hint=hint)
         self.exit_code = exit_code
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived while waiting; raised from the signal handler."""
+
+    def __init__(self, signum: int, name: str) -> None:
+        super().__init__(name)
+        self.signum = signum
+        self.name = name
+
+    @property
+    def exit_code(self) -> int:
+        return 128 + self.signum

@@ -59,6 +59,10 @@ DEFAULT_PROBE_RATE = 200.0
 # the lag ours adds well below the kubelet's.
 SOURCE_REREAD_INTERVAL = 1.0
 
+# While hosts are not ready, a line every 10 s says who and why, so `kubectl logs` never looks
+# hung, without a line per failed attempt.
+STATUS_INTERVAL = 10.0
+
 # A host that answers but rejects our key may be racing its own start-up (authorized_keys
 # mounted a moment late); three rejections in a row are a configuration error, not a race.
 PERMANENT_FAILURES_BEFORE_EXIT = 3
@@ -80,7 +84,7 @@ class Settings:
     discover_hosts: Path | None = DEFAULT_DISCOVER_HOSTS
     discover_explicit: bool = False
     discover_exec: bool = False
-    hosts: tuple[str, ...] | None = None  # --hosts: when given, the files are not read
+    hosts_option: str | None = None  # --hosts as given: when set, the files are not read
     include_self: bool = False
     check: Check = Check.SSH
     ssh_config: Path | None = None  # -F: only this file, as with ssh -F

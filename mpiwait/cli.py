@@ -1,0 +1,275 @@
+"""Command line and MPIWAIT_* environment → Settings; our error types → exit codes.
+
+This module is the only one that knows click. Everything after parsing is ``run(settings)``,
+which wires sources → hosts → probes → waiter → report → exec and returns an exit status.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+from pathlib import Path
+
+import click
+
+from mpiwait import __version__
+from mpiwait.errors import ExitCode, Interrupted, MpiwaitError
+from mpiwait.settings import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_DISCOVER_HOSTS,
+    DEFAULT_HOSTFILE,
+    DEFAULT_PARALLEL,
+    DEFAULT_PROBE_RATE,
+    DEFAULT_RETRY_INITIAL,
+    DEFAULT_RETRY_MAX,
+    DEFAULT_TERMINATION_LOG,
+    DEFAULT_TIMEOUT,
+    Check,
+    LogFormat,
+    Settings,
+)
+
+CONTEXT = {
+    "auto_envvar_prefix": "MPIWAIT",
+    # Everything from the first non-option on is the COMMAND's, untouched; an unknown option
+    # before it is an error rather than a COMMAND named "--bogus".
+    "allow_interspersed_args": False,
+    "help_option_names": ["-h", "--help"],
+    "max_content_width": 100,
+}
+
+EPILOG = """\b
+Exit status: 0 ready (or COMMAND's own status after exec), 2 bad input or option,
+3 permanent failure (key rejected, host key mismatch, unusable key file), 124 deadline passed,
+126 COMMAND not executable, 127 COMMAND not found, 130/143 interrupted by SIGINT/SIGTERM.
+Every option can also be set as MPIWAIT_<OPTION> (e.g. MPIWAIT_TIMEOUT=300); flags win.
+"""
+
+
+def _positive(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    if value is not None and value <= 0:
+        raise click.BadParameter(f"must be greater than 0, not {value:g}", ctx, param)
+    return value
+
+
+@click.command(context_settings=CONTEXT, epilog=EPILOG)
+@click.option(
+    "--hostfile",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_HOSTFILE,
+    show_default=True,
+    help="MPI hostfile listing every worker (Open MPI `host slots=N`, MPICH/Intel `host:N`).",
+)
+@click.option(
+    "--discover-hosts",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_DISCOVER_HOSTS,
+    show_default=True,
+    help="mpi-operator's discover_hosts.sh, re-read every second and parsed as data.",
+)
+@click.option(
+    "--discover-exec",
+    is_flag=True,
+    help="Run the discover file (with a timeout) and parse its stdout as host[:slots] lines.",
+)
+@click.option(
+    "--hosts", "hosts_option", metavar="H1,H2,...", help="Explicit hosts; the files are not read."
+)
+@click.option("--include-self", is_flag=True, help="Also wait for entries that name this machine.")
+@click.option(
+    "--check",
+    type=click.Choice([c.value for c in Check]),
+    default=Check.SSH.value,
+    show_default=True,
+    help="How far each host must get: name resolves, port accepts, or SSH login succeeds.",
+)
+@click.option(
+    "-F", "--ssh-config", type=click.Path(path_type=Path), help="Read only this ssh config file."
+)
+@click.option("-p", "--port", type=click.IntRange(1, 65535), help="SSH port (overrides config).")
+@click.option("-l", "--user", help="SSH user (overrides config).")
+@click.option(
+    "-i",
+    "--identity-file",
+    "identity_files",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    help="Private key (repeatable; replaces the config's and the defaults).",
+)
+@click.option("--remote-command", metavar="CMD", help="Also run CMD on each host; it must exit 0.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_TIMEOUT,
+    show_default=True,
+    help="Overall deadline in seconds; 0 waits forever.",
+)
+@click.option(
+    "--connect-timeout",
+    type=float,
+    callback=_positive,
+    help=f"Seconds per attempt and stage [default: ssh ConnectTimeout, else "
+    f"{DEFAULT_CONNECT_TIMEOUT:g}]",
+)
+@click.option(
+    "--retry-initial",
+    type=float,
+    callback=_positive,
+    default=DEFAULT_RETRY_INITIAL,
+    show_default=True,
+    help="First backoff window in seconds (full jitter, doubling).",
+)
+@click.option(
+    "--retry-max",
+    type=float,
+    callback=_positive,
+    default=DEFAULT_RETRY_MAX,
+    show_default=True,
+    help="Largest backoff window in seconds.",
+)
+@click.option(
+    "--parallel",
+    type=click.IntRange(1, 4096),
+    default=DEFAULT_PARALLEL,
+    show_default=True,
+    help="Most probes in flight at once.",
+)
+@click.option(
+    "--probe-rate",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_PROBE_RATE,
+    show_default=True,
+    help="Most probes started per second, all hosts together; 0: no limit.",
+)
+@click.option("--dry-run", is_flag=True, help="Print hosts and SSH settings, then exit.")
+@click.option(
+    "--log-format",
+    type=click.Choice([f.value for f in LogFormat]),
+    default=LogFormat.TEXT.value,
+    show_default=True,
+    help="Text lines for people, or JSON lines.",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Only errors and the final summary.")
+@click.option(
+    "--termination-log",
+    type=click.Path(path_type=Path),
+    default=DEFAULT_TERMINATION_LOG,
+    show_default=True,
+    help="Where to leave the failure summary for `kubectl describe pod` (if it exists).",
+)
+@click.version_option(__version__, "-V", "--version", prog_name="mpiwait")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@click.pass_context
+def command_line(ctx: click.Context, **params: object) -> Settings:
+    """Wait until every MPI worker accepts an SSH login, then exec COMMAND.
+
+    Hosts come from the hostfile and discover_hosts.sh that mpi-operator mounts at /etc/mpi,
+    or from --hosts. SSH settings come from ssh_config, as for mpirun's own ssh. Without
+    COMMAND, exit 0 once all are ready (for an initContainer). With K_MPI_JOB_ROLE set to
+    anything but "launcher", exec COMMAND at once.
+    """
+    if params["retry_max"] < params["retry_initial"]:  # type: ignore[operator]
+        raise click.BadParameter(
+            f"--retry-max ({params['retry_max']:g}) is smaller than --retry-initial "
+            f"({params['retry_initial']:g})",
+            ctx,
+        )
+
+    def explicit(name: str) -> bool:
+        return ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
+
+    return Settings(
+        command=tuple(params["command"]),  # type: ignore[arg-type]
+        hostfile=params["hostfile"],  # type: ignore[arg-type]
+        hostfile_explicit=explicit("hostfile"),
+        discover_hosts=params["discover_hosts"],  # type: ignore[arg-type]
+        discover_explicit=explicit("discover_hosts"),
+        discover_exec=bool(params["discover_exec"]),
+        hosts_option=params["hosts_option"],  # type: ignore[arg-type]
+        include_self=bool(params["include_self"]),
+        check=Check(params["check"]),
+        ssh_config=params["ssh_config"],  # type: ignore[arg-type]
+        port=params["port"],  # type: ignore[arg-type]
+        user=params["user"],  # type: ignore[arg-type]
+        identity_files=tuple(params["identity_files"]),  # type: ignore[arg-type]
+        remote_command=params["remote_command"],  # type: ignore[arg-type]
+        timeout=float(params["timeout"]),  # type: ignore[arg-type]
+        connect_timeout=params["connect_timeout"],  # type: ignore[arg-type]
+        retry_initial=float(params["retry_initial"]),  # type: ignore[arg-type]
+        retry_max=float(params["retry_max"]),  # type: ignore[arg-type]
+        parallel=int(params["parallel"]),  # type: ignore[call-overload]
+        probe_rate=float(params["probe_rate"]),  # type: ignore[arg-type]
+        dry_run=bool(params["dry_run"]),
+        log_format=LogFormat(params["log_format"]),
+        quiet=bool(params["quiet"]),
+        termination_log=params["termination_log"],  # type: ignore[arg-type]
+    )
+
+
+def parse(argv: list[str]) -> Settings | int:
+    """Settings, or the exit status when parsing already answered (help, version, error)."""
+    try:
+        result = command_line.main(args=argv, prog_name="mpiwait", standalone_mode=False)
+    except click.exceptions.UsageError as exc:
+        message = exc.format_message().replace("\n", " ")
+        sys.stderr.write(f"mpiwait: error: {message} (see mpiwait --help)\n")
+        return ExitCode.USAGE
+    except click.exceptions.Abort:
+        return ExitCode.SIGINT
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    if isinstance(result, Settings):
+        return result
+    return int(result or 0)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Console entry point: never returns normally and never shows a traceback for our errors."""
+    args = sys.argv[1:] if argv is None else argv
+    parsed = parse(args)
+    if not isinstance(parsed, Settings):
+        sys.exit(int(parsed))
+
+    def on_signal(signum: int, _frame: object) -> None:
+        # Raised in the main thread wherever it is (file read, preflight, the waiting loop);
+        # the waiter turns it into a summary of who was not ready yet.
+        raise Interrupted(signum, signal.Signals(signum).name)
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, on_signal)
+    try:
+        from mpiwait.run import run
+
+        status = run(parsed, os.environ)
+    except MpiwaitError as exc:
+        _one_line_error(exc.message, exc.hint)
+        status = int(exc.exit_code)
+    except Interrupted as exc:
+        status = exc.exit_code
+    except Exception as exc:  # a bug: one line, and the traceback only on request
+        if os.environ.get("MPIWAIT_DEBUG"):
+            raise
+        _one_line_error(
+            f"internal error: {type(exc).__name__}: {exc}",
+            "please report it; MPIWAIT_DEBUG=1 shows the traceback",
+        )
+        status = ExitCode.INTERNAL
+    _exit(int(status))
+
+
+def _one_line_error(message: str, hint: str | None) -> None:
+    sys.stderr.write(f"mpiwait: error: {message}\n")
+    if hint:
+        sys.stderr.write(f"mpiwait: hint: {hint}\n")
+
+
+def _exit(status: int) -> None:
+    # Probe threads may sit in a connect or a name lookup; they must not delay the exit, and
+    # interpreter teardown around them is needless work: flush and leave.
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os._exit(status)

@@ -1,0 +1,114 @@
+"""What happened while waiting, as values.
+
+The waiter emits these; the report module decides how a person (text) or a machine (JSON lines)
+sees them. Keeping them plain data is what makes ``-q``, ``--log-format json`` and a readable
+summary for a thousand hosts cheap to add without touching the waiting logic.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Stage(str, enum.Enum):
+    """How far a host has got. Each check stage includes the ones before it."""
+
+    PENDING = "pending"  # listed, not probed yet
+    DNS = "dns"  # its name does not resolve yet
+    TCP = "tcp"  # resolves, but the SSH port does not accept
+    SSH = "ssh"  # accepts TCP, but no banner / host key / login yet
+    READY = "ready"
+
+
+class Status(str, enum.Enum):
+    READY = "ready"  # passed every stage asked for
+    RETRY = "retry"  # not yet: time may fix it
+    FATAL = "fatal"  # answered, but in a way time will not fix (key rejected, host key mismatch)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one attempt at one host."""
+
+    status: Status
+    stage: Stage  # READY when status is READY, otherwise the stage that did not pass
+    reason: str  # short and stable ("refused", "timeout", ...): a change of it is worth a log line
+    detail: str = ""  # for people: what exactly went wrong
+    hint: str | None = None  # what to do about a FATAL outcome
+
+
+@dataclass(frozen=True)
+class HostState:
+    """Where one host stands (in events and in the final result)."""
+
+    host: str
+    stage: Stage
+    reason: str = ""
+    detail: str = ""
+    attempts: int = 0
+
+
+@dataclass(frozen=True)
+class WaitStarted:
+    hosts: tuple[str, ...]
+    sources: tuple[str, ...]
+    skipped_self: tuple[str, ...]
+    check: str
+    timeout: float
+    notes: tuple[str, ...] = ()  # one-time remarks, e.g. the host key policy in force
+
+
+@dataclass(frozen=True)
+class HostsAdded:
+    hosts: tuple[str, ...]
+    total: int
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class HostChanged:
+    """A host moved to another stage or failed for another reason (not one line per attempt)."""
+
+    state: HostState
+    elapsed: float
+
+
+@dataclass(frozen=True)
+class HostReady:
+    host: str
+    ready: int
+    total: int
+    elapsed: float
+
+
+@dataclass(frozen=True)
+class StillWaiting:
+    """A periodic reminder of who is not ready and why, so a quiet log never looks hung."""
+
+    hosts: tuple[HostState, ...]
+    elapsed: float
+
+
+class End(str, enum.Enum):
+    READY = "ready"
+    TIMEOUT = "timeout"
+    PERMANENT = "permanent"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass(frozen=True)
+class WaitResult:
+    end: End
+    hosts: tuple[HostState, ...]
+    elapsed: float
+    failed: HostState | None = None  # the host that ended the wait with a permanent failure
+    hint: str | None = None
+    signal_name: str | None = None
+
+    @property
+    def not_ready(self) -> tuple[HostState, ...]:
+        return tuple(h for h in self.hosts if h.stage is not Stage.READY)
+
+
+Event = WaitStarted | HostsAdded | HostChanged | HostReady | StillWaiting | WaitResult

@@ -1,0 +1,226 @@
+"""One attempt at one host: resolve its name, connect to its SSH port, log in.
+
+An attempt returns an Outcome value (ready / not yet, and why / never, and why); it never
+decides about retries or other hosts. The stages run in order in a single attempt and stop at
+the first that does not pass, so an unready host costs a name lookup or a refused connect, and
+a host is logged into once, when its port first answers. paramiko stays inside this module
+(and keys.py) and is imported on first use.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import threading
+from dataclasses import dataclass
+
+from mpiwait.errors import PermanentError
+from mpiwait.events import Outcome, Stage, Status
+from mpiwait.keys import HostKeyPolicy, IdentityCache
+from mpiwait.settings import DEFAULT_CONNECT_TIMEOUT, Check
+from mpiwait.sshconfig import SSHResolver, SSHTarget
+
+READY = Outcome(Status.READY, Stage.READY, "ready")
+
+
+def _retry(stage: Stage, reason: str, detail: str) -> Outcome:
+    return Outcome(Status.RETRY, stage, reason, detail)
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    check: Check
+    connect_timeout: float | None  # None: the ssh config's ConnectTimeout, else the default
+    remote_command: str | None = None
+
+
+class Prober:
+    """Runs attempts; safe to call from many threads at once."""
+
+    def __init__(
+        self,
+        config: ProbeConfig,
+        resolver: SSHResolver,
+        *,
+        identities: IdentityCache | None = None,
+        host_keys: HostKeyPolicy | None = None,
+    ) -> None:
+        self._config = config
+        self._resolver = resolver
+        self._identities = identities or IdentityCache()
+        self._host_keys = host_keys or HostKeyPolicy()
+        self._targets: dict[str, SSHTarget] = {}
+        self._lock = threading.Lock()
+
+    def target(self, host: str) -> SSHTarget:
+        with self._lock:
+            target = self._targets.get(host)
+        if target is None:
+            target = self._resolver.resolve(host)
+            with self._lock:
+                self._targets[host] = target
+        return target
+
+    def timeout_for(self, target: SSHTarget) -> float:
+        if self._config.connect_timeout is not None:
+            return self._config.connect_timeout
+        return target.connect_timeout or DEFAULT_CONNECT_TIMEOUT
+
+    def preflight(self, hosts: tuple[str, ...]) -> None:
+        """Fail now, not after minutes of waiting, on key files that can never work."""
+        if self._config.check is not Check.SSH:
+            return
+        for host in hosts:
+            target = self.target(host)
+            self._identities.get(target.identity_files, defaults=target.identities_default)
+
+    def attempt(self, host: str) -> Outcome:
+        target = self.target(host)
+        timeout = self.timeout_for(target)
+        try:
+            infos = socket.getaddrinfo(target.address, target.port, type=socket.SOCK_STREAM)
+        except socket.gaierror as exc:
+            return _retry(Stage.DNS, "unresolved", f"{target.address}: {exc.strerror or exc}")
+        except UnicodeError:
+            return _retry(Stage.DNS, "unresolved", f"{target.address}: not a valid name")
+        if self._config.check is Check.DNS:
+            return READY
+        sock, failure = _connect(infos, timeout)
+        if sock is None:
+            assert failure is not None
+            return failure
+        try:
+            if self._config.check is Check.TCP:
+                return READY
+            return self._login(sock, target, timeout)
+        finally:
+            sock.close()
+
+    def _login(self, sock: socket.socket, target: SSHTarget, timeout: float) -> Outcome:
+        import paramiko
+
+        try:
+            identities = self._identities.get(
+                target.identity_files, defaults=target.identities_default
+            )
+        except PermanentError as exc:
+            return Outcome(Status.FATAL, Stage.SSH, "identity", exc.message, exc.hint)
+        transport = paramiko.Transport(sock)
+        # paramiko's own defaults (15 s banner, 30 s auth) would let one silent host hold a
+        # probe slot far longer than the per-stage timeout promised to the user.
+        transport.banner_timeout = timeout
+        transport.handshake_timeout = timeout
+        transport.auth_timeout = timeout
+        try:
+            try:
+                transport.start_client(timeout=timeout)
+            except paramiko.SSHException as exc:
+                if "banner" in str(exc).lower():
+                    return _retry(Stage.SSH, "no-banner", f"no SSH banner within {timeout:g}s")
+                return _retry(Stage.SSH, "handshake", f"SSH handshake failed: {exc}")
+            except (EOFError, OSError) as exc:
+                return _retry(Stage.SSH, "handshake", f"SSH handshake failed: {_oserror(exc)}")
+            server_key = transport.get_remote_server_key()
+            try:
+                self._host_keys.check(
+                    host=target.host,
+                    address=target.address,
+                    port=target.port,
+                    key=server_key,
+                    strict=target.strict_host_key_checking,
+                    files=target.known_hosts_files,
+                )
+            except PermanentError as exc:
+                return Outcome(Status.FATAL, Stage.SSH, "host-key", exc.message, exc.hint)
+            outcome = self._authenticate(transport, target, identities)
+            if outcome is not None:
+                return outcome
+            if self._config.remote_command:
+                return self._run_remote(transport, self._config.remote_command, timeout)
+            return READY
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            return _retry(Stage.SSH, "handshake", f"SSH session failed: {_oserror(exc)}")
+        finally:
+            transport.close()
+
+    def _authenticate(self, transport, target: SSHTarget, identities) -> Outcome | None:
+        import paramiko
+
+        for identity in identities:
+            try:
+                transport.auth_publickey(target.user, identity.key)
+            except paramiko.BadAuthenticationType as exc:
+                return Outcome(
+                    Status.FATAL,
+                    Stage.SSH,
+                    "auth-method",
+                    f"{target.user}@{target.host} does not accept public keys "
+                    f"(allowed: {', '.join(exc.allowed_types) or 'none'})",
+                    "enable PubkeyAuthentication in the worker's sshd_config",
+                )
+            except paramiko.AuthenticationException:
+                continue
+            if transport.is_authenticated():
+                return None
+        tried = ", ".join(identity.label for identity in identities)
+        return Outcome(
+            Status.FATAL,
+            Stage.SSH,
+            "auth-rejected",
+            f"Permission denied (publickey) for {target.user}@{target.host} "
+            f"port {target.port}; keys tried: {tried}",
+            "the worker's authorized_keys must hold the public half of this key for this user "
+            "(mpi-operator: the job's ssh-auth secret, mounted on launcher and workers alike)",
+        )
+
+    def _run_remote(self, transport, command: str, timeout: float) -> Outcome:
+        channel = transport.open_session(timeout=timeout)
+        try:
+            # Sent as given: the remote user's shell interprets it, exactly as with ssh host CMD.
+            channel.exec_command(command)
+            if not channel.status_event.wait(timeout):
+                return _retry(
+                    Stage.SSH, "remote-command", f"{command!r} did not finish within {timeout:g}s"
+                )
+            status = channel.recv_exit_status()
+        finally:
+            channel.close()
+        if status != 0:
+            return _retry(Stage.SSH, "remote-command", f"{command!r} exited with status {status}")
+        return READY
+
+
+def _connect(infos: list, timeout: float) -> tuple[socket.socket | None, Outcome | None]:
+    """Connect to the first address that accepts, as ssh does; a failure names the last error."""
+    failure: Outcome | None = None
+    for family, kind, proto, _, address in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            # paramiko does not set it; without it each SSH round trip waits on Nagle's
+            # algorithm and a login takes ~64 ms instead of ~19 ms here.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(timeout)
+            sock.connect(address)
+        except ConnectionRefusedError:
+            failure = _retry(Stage.TCP, "refused", f"{address[0]} port {address[1]}: refused")
+        except TimeoutError:
+            failure = _retry(
+                Stage.TCP, "timeout", f"{address[0]} port {address[1]}: no answer in {timeout:g}s"
+            )
+        except OSError as exc:
+            reason = (
+                "unreachable"
+                if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH)
+                else "connect-error"
+            )
+            failure = _retry(Stage.TCP, reason, f"{address[0]} port {address[1]}: {_oserror(exc)}")
+        else:
+            return sock, None
+        sock.close()
+    return None, failure or _retry(Stage.DNS, "unresolved", "no address")
+
+
+def _oserror(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc) or type(exc).__name__

@@ -1,0 +1,233 @@
+"""Events to text for people (``kubectl logs``), JSON lines for machines, and the final summary.
+
+All of it goes to stderr: the COMMAND's stdout stays the COMMAND's. Lines are written and
+flushed one at a time so they survive the ``execvp`` that follows a successful wait.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+from mpiwait.events import (
+    End,
+    Event,
+    HostChanged,
+    HostReady,
+    HostsAdded,
+    HostState,
+    Stage,
+    StillWaiting,
+    WaitResult,
+    WaitStarted,
+)
+from mpiwait.settings import LogFormat
+
+PREFIX = "mpiwait: "
+# Above this many hosts a line per host would bury the log; hosts are reported in groups.
+PER_HOST_LINES_UP_TO = 32
+# How many names a grouped line spells out before "and N more".
+NAMES_PER_GROUP = 5
+
+
+def group_not_ready(hosts: Iterable[HostState]) -> list[tuple[str, list[HostState]]]:
+    """Not-ready hosts grouped by where they are stuck and why, largest group first."""
+    groups: dict[str, list[HostState]] = {}
+    for host in hosts:
+        if host.stage is Stage.READY:
+            continue
+        key = f"{host.stage.value} {host.reason}".strip() if host.reason else "not probed yet"
+        groups.setdefault(key, []).append(host)
+    return sorted(groups.items(), key=lambda item: -len(item[1]))
+
+
+def _names(hosts: list[HostState], *, details: bool) -> str:
+    shown = [
+        f"{h.host} ({h.detail})" if details and h.detail else h.host
+        for h in hosts[:NAMES_PER_GROUP]
+    ]
+    more = len(hosts) - len(shown)
+    return ", ".join(shown) + (f" and {more} more" if more else "")
+
+
+def summary_lines(result: WaitResult) -> list[str]:
+    """The final words, short enough for a screen (and a termination message) at any scale."""
+    total = len(result.hosts)
+    if result.end is End.READY:
+        return [f"all {total} hosts ready in {result.elapsed:.1f}s"]
+    if result.end is End.PERMANENT and result.failed is not None:
+        lines = [f"error: {result.failed.host}: {result.failed.detail}"]
+        if result.hint:
+            lines.append(f"hint: {result.hint}")
+        return lines
+    not_ready = result.not_ready
+    if result.end is End.TIMEOUT:
+        head = f"timed out after {result.elapsed:.1f}s"
+    else:
+        head = f"interrupted by {result.signal_name} after {result.elapsed:.1f}s"
+    if not total:
+        return [f"{head}: no hosts were listed by any source"]
+    lines = [f"{head}: {len(not_ready)} of {total} hosts not ready"]
+    for key, hosts in group_not_ready(not_ready):
+        lines.append(f"  {key} ({len(hosts)}): {_names(hosts, details=True)}")
+    return lines
+
+
+@dataclass
+class Reporter:
+    """Writes events; ``-q`` keeps only errors and the summary."""
+
+    log_format: LogFormat = LogFormat.TEXT
+    quiet: bool = False
+    stream: TextIO = field(default_factory=lambda: sys.stderr)
+    _total: int = 0
+    _last_progress: int = 0
+
+    def line(self, text: str) -> None:
+        self.stream.write(PREFIX + text + "\n")
+        self.stream.flush()
+
+    def _json(self, kind: str, **fields: object) -> None:
+        record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "event": kind, **fields}
+        self.stream.write(json.dumps(record, default=str) + "\n")
+        self.stream.flush()
+
+    def error(self, message: str, hint: str | None = None, *, exit_code: int) -> None:
+        if self.log_format is LogFormat.JSON:
+            self._json("error", message=message, hint=hint, exit_code=exit_code)
+            return
+        self.line(f"error: {message}")
+        if hint:
+            self.line(f"hint: {hint}")
+
+    def info(self, message: str) -> None:
+        if self.quiet:
+            return
+        if self.log_format is LogFormat.JSON:
+            self._json("info", message=message)
+        else:
+            self.line(message)
+
+    def __call__(self, event: Event) -> None:
+        if self.log_format is LogFormat.JSON:
+            self._emit_json(event)
+        else:
+            self._emit_text(event)
+
+    def _emit_json(self, event: Event) -> None:
+        if isinstance(event, WaitResult):
+            self._json(
+                "result",
+                end=event.end.value,
+                elapsed=round(event.elapsed, 3),
+                failed=_state_dict(event.failed) if event.failed else None,
+                hint=event.hint,
+                hosts=[_state_dict(h) for h in event.hosts],
+            )
+        elif self.quiet:
+            return
+        elif isinstance(event, WaitStarted):
+            self._json(
+                "start",
+                hosts=list(event.hosts),
+                sources=list(event.sources),
+                skipped_self=list(event.skipped_self),
+                check=event.check,
+                timeout=event.timeout,
+                notes=list(event.notes),
+            )
+        elif isinstance(event, HostsAdded):
+            self._json("hosts_added", hosts=list(event.hosts), total=event.total)
+        elif isinstance(event, HostChanged):
+            self._json("host", elapsed=round(event.elapsed, 3), **_state_dict(event.state))
+        elif isinstance(event, HostReady):
+            self._json(
+                "ready",
+                host=event.host,
+                ready=event.ready,
+                total=event.total,
+                elapsed=round(event.elapsed, 3),
+            )
+        elif isinstance(event, StillWaiting):
+            self._json(
+                "waiting",
+                elapsed=round(event.elapsed, 3),
+                hosts=[_state_dict(h) for h in event.hosts if h.stage is not Stage.READY],
+            )
+
+    def _emit_text(self, event: Event) -> None:
+        if isinstance(event, WaitResult):
+            for text in summary_lines(event):
+                self.line(text)
+            return
+        if self.quiet:
+            return
+        if isinstance(event, WaitStarted):
+            self._total = len(event.hosts)
+            sources = "; ".join(event.sources) or "no source lists any host yet"
+            deadline = f"deadline {event.timeout:g}s" if event.timeout > 0 else "no deadline"
+            self.line(
+                f"waiting for {len(event.hosts)} hosts ({sources}) to pass the "
+                f"{event.check} check; {deadline}"
+            )
+            if event.skipped_self:
+                self.line(f"not waiting for this machine: {', '.join(event.skipped_self)}")
+            for note in event.notes:
+                self.line(note)
+        elif isinstance(event, HostsAdded):
+            self._total = event.total
+            self.line(
+                f"{len(event.hosts)} more hosts listed: "
+                f"{_names([HostState(h, Stage.PENDING) for h in event.hosts], details=False)} "
+                f"({event.total} in all)"
+            )
+        elif isinstance(event, HostChanged):
+            if self._total <= PER_HOST_LINES_UP_TO:
+                state = event.state
+                self.line(
+                    f"[+{event.elapsed:.1f}s] {state.host}: {state.stage.value} {state.reason}"
+                    + (f" ({state.detail})" if state.detail else "")
+                )
+        elif isinstance(event, HostReady):
+            self._total = event.total
+            step = max(1, event.total // 10) if event.total > PER_HOST_LINES_UP_TO else 1
+            if event.ready == event.total or event.ready - self._last_progress >= step:
+                self._last_progress = event.ready
+                who = f" ({event.host})" if event.total <= PER_HOST_LINES_UP_TO else ""
+                self.line(f"[+{event.elapsed:.1f}s] {event.ready}/{event.total} ready{who}")
+        elif isinstance(event, StillWaiting):
+            ready = sum(1 for h in event.hosts if h.stage is Stage.READY)
+            groups = group_not_ready(event.hosts)
+            parts = "; ".join(f"{key}: {_names(hosts, details=False)}" for key, hosts in groups)
+            self.line(f"[+{event.elapsed:.0f}s] {ready}/{len(event.hosts)} ready; {parts}")
+
+
+def _state_dict(state: HostState) -> dict[str, object]:
+    return {
+        "host": state.host,
+        "stage": state.stage.value,
+        "reason": state.reason,
+        "detail": state.detail,
+        "attempts": state.attempts,
+    }
+
+
+def write_termination_log(path: Path | None, lines: list[str]) -> None:
+    """Leave the summary where Kubernetes shows it (``kubectl describe pod``), if we may.
+
+    Only an existing, writable file is written: elsewhere the path is not ours to create.
+    """
+    if path is None:
+        return
+    try:
+        if not path.is_file() and not path.is_char_device():
+            return
+        # Kubernetes keeps at most 4096 bytes of the message.
+        path.write_text(("\n".join(lines) + "\n")[:4096], encoding="utf-8")
+    except OSError:
+        return

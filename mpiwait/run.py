@@ -1,0 +1,163 @@
+"""One run, wired in the order data flows: sources → hosts → probes → waiter → report → exec."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Mapping
+
+from mpiwait.errors import ExitCode, InputError
+from mpiwait.events import End, WaitStarted
+from mpiwait.hosts import HostSources, SelfNames, Snapshot
+from mpiwait.launch import exec_command, find_command, missing_ssh_client, worker_role
+from mpiwait.report import Reporter, summary_lines, write_termination_log
+from mpiwait.settings import (
+    DISCOVER_EXEC_TIMEOUT,
+    PERMANENT_FAILURES_BEFORE_EXIT,
+    SOURCE_REREAD_INTERVAL,
+    STATUS_INTERVAL,
+    Check,
+    Settings,
+)
+
+_END_STATUS = {
+    End.READY: ExitCode.OK,
+    End.TIMEOUT: ExitCode.TIMEOUT,
+    End.PERMANENT: ExitCode.PERMANENT,
+}
+
+
+def run(settings: Settings, environ: Mapping[str, str]) -> int:
+    """Wait, then exec COMMAND (never returns in that case) or return the exit status."""
+    reporter = Reporter(settings.log_format, settings.quiet)
+    role = worker_role(environ)
+    if role is not None:
+        # One image serves launcher and workers: on a worker, step aside at once.
+        if not settings.command:
+            reporter.info(f"K_MPI_JOB_ROLE={role}: nothing to wait for")
+            return ExitCode.OK
+        exec_command(settings.command)
+    if settings.command and not settings.dry_run:
+        find_command(settings.command)  # 127/126 now, not after minutes of waiting
+        if missing_ssh_client(settings.command):
+            reporter.info(
+                f"warning: no ssh client on PATH; {os.path.basename(settings.command[0])} "
+                "will need one to reach the workers"
+            )
+
+    sources = _sources(settings, environ)
+    first = sources.read()
+    if settings.hosts_option is None and not first.sources:
+        raise InputError(
+            f"no host source: neither {settings.hostfile} nor {settings.discover_hosts} exists "
+            "and --hosts is not given",
+            hint="an initContainer must mount the mpi-job-config volume at /etc/mpi itself; "
+            "or pass --hostfile / --hosts",
+        )
+
+    from mpiwait.probes import ProbeConfig, Prober
+    from mpiwait.sshconfig import SSHResolver
+
+    resolver = SSHResolver(
+        config_path=settings.ssh_config,
+        port=settings.port,
+        user=settings.user,
+        identity_files=settings.identity_files,
+    )
+    prober = Prober(
+        ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command), resolver
+    )
+    names = _names(first)
+    if settings.dry_run:
+        _print_plan(names, prober, first)
+        return ExitCode.OK
+    prober.preflight(names)  # unusable key files: exit 3 before any waiting
+
+    notes: list[str] = []
+    if settings.check is Check.SSH and not resolver.config_sets_host_key_policy():
+        notes.append(
+            "no ssh config sets StrictHostKeyChecking: accepting unknown host keys without "
+            "storing them (a probe only authenticates by public key and sends nothing secret)"
+        )
+    reporter(
+        WaitStarted(
+            hosts=names,
+            sources=first.sources,
+            skipped_self=first.skipped_self,
+            check=settings.check.value,
+            timeout=settings.timeout,
+            notes=tuple(notes),
+        )
+    )
+    result = _wait(settings, sources, names, prober, reporter)
+    reporter(result)
+    if result.end is End.READY:
+        if settings.command:
+            exec_command(settings.command)
+        return ExitCode.OK
+    write_termination_log(settings.termination_log, summary_lines(result))
+    if result.end is End.INTERRUPTED:
+        return 128 + (signal.SIGTERM if result.signal_name == "SIGTERM" else signal.SIGINT)
+    return _END_STATUS[result.end]
+
+
+def _sources(settings: Settings, environ: Mapping[str, str]) -> HostSources:
+    return HostSources(
+        hostfile=settings.hostfile,
+        hostfile_explicit=settings.hostfile_explicit,
+        discover=settings.discover_hosts,
+        discover_explicit=settings.discover_explicit,
+        discover_exec=settings.discover_exec,
+        hosts_option=settings.hosts_option,
+        include_self=settings.include_self,
+        self_names=SelfNames.from_system(environ),
+        exec_timeout=DISCOVER_EXEC_TIMEOUT,
+    )
+
+
+def _names(snapshot: Snapshot) -> tuple[str, ...]:
+    return tuple(host.name for host in snapshot.hosts)
+
+
+def _wait(settings, sources: HostSources, names, prober, reporter):
+    from mpiwait.waiter import ThreadRunner, WaitPolicy, wait_for_hosts
+
+    def read_hosts() -> tuple[tuple[str, ...], tuple[str, ...]]:
+        snapshot = sources.read()
+        return _names(snapshot), snapshot.sources
+
+    return wait_for_hosts(
+        first=names,
+        read_hosts=read_hosts,
+        runner=ThreadRunner(prober.attempt, settings.parallel),
+        policy=WaitPolicy(
+            timeout=settings.timeout,
+            retry_initial=settings.retry_initial,
+            retry_max=settings.retry_max,
+            parallel=settings.parallel,
+            probe_rate=settings.probe_rate,
+            reread_interval=SOURCE_REREAD_INTERVAL,
+            permanent_after=PERMANENT_FAILURES_BEFORE_EXIT,
+            status_interval=STATUS_INTERVAL,
+        ),
+        emit=reporter,
+    )
+
+
+def _print_plan(names: tuple[str, ...], prober, snapshot: Snapshot) -> None:
+    print(f"# {len(names)} hosts from: {'; '.join(snapshot.sources) or 'no source'}")
+    if snapshot.skipped_self:
+        print(f"# not waiting for this machine: {', '.join(snapshot.skipped_self)}")
+    for name in names:
+        target = prober.target(name)
+        keys = [
+            path
+            for path in target.identity_files
+            if not target.identities_default or os.path.lexists(path)
+        ]
+        print(
+            f"{name} address={target.address} port={target.port} user={target.user} "
+            f"identity={','.join(keys) or '(none found)'} "
+            f"strict_host_key_checking={target.strict_host_key_checking} "
+            f"connect_timeout={prober.timeout_for(target):g}"
+        )

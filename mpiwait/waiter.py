@@ -1,0 +1,279 @@
+"""The waiting loop: which host to probe when, until all are ready or the deadline passes.
+
+It knows nothing about what a probe does (it gets Outcome values back) nor how events are
+shown (it hands them to ``emit``). Time and concurrency come in through a Runner, so the whole
+loop runs in unit tests against a fake clock, hundreds of rounds in milliseconds.
+
+Per host: full-jitter exponential backoff (tenacity's ``wait_random_exponential``) from the
+moment an attempt ends; a host that has passed is never probed again. Across hosts: at most
+``parallel`` attempts in flight and at most ``probe_rate`` started per second (a token bucket),
+so a thousand unready workers do not turn into a flood of DNS queries.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from mpiwait.errors import Interrupted
+from mpiwait.events import (
+    End,
+    Event,
+    HostChanged,
+    HostReady,
+    HostsAdded,
+    HostState,
+    Outcome,
+    Stage,
+    Status,
+    StillWaiting,
+    WaitResult,
+)
+
+# Refilled tokens add up in floating point; 0.9999999 must count as a whole token, or the loop
+# would ask to wake again after a fraction of a nanosecond, forever.
+_EPSILON = 1e-6
+
+
+class Runner(Protocol):
+    """Where attempts run, and the clock they run against."""
+
+    def now(self) -> float: ...
+
+    def start(self, host: str) -> None:
+        """Begin one attempt at ``host``; its outcome comes back through ``results``."""
+
+    def results(self, timeout: float) -> list[tuple[str, Outcome]]:
+        """Outcomes finished so far, waiting up to ``timeout`` seconds for the first."""
+
+
+@dataclass(frozen=True)
+class WaitPolicy:
+    timeout: float  # 0: no deadline
+    retry_initial: float
+    retry_max: float
+    parallel: int
+    probe_rate: float  # attempts started per second, all hosts together; 0: no limit
+    reread_interval: float
+    permanent_after: int
+    status_interval: float = math.inf  # how often to emit StillWaiting while hosts are not ready
+
+
+def backoff(initial: float, maximum: float) -> Callable[[int], float]:
+    """Seconds to wait after the ``attempt``-th failed attempt (1-based): full jitter."""
+    import tenacity
+
+    strategy = tenacity.wait_random_exponential(multiplier=initial, max=maximum)
+
+    def delay(attempt: int) -> float:
+        # tenacity's strategies read only attempt_number; a bare call state lets one strategy
+        # serve many hosts from a single loop instead of a thread per host under Retrying.
+        state = tenacity.RetryCallState(None, None, (), {})
+        state.attempt_number = attempt
+        return float(strategy(state))
+
+    return delay
+
+
+@dataclass
+class _Track:
+    host: str
+    stage: Stage = Stage.PENDING
+    reason: str = ""
+    detail: str = ""
+    attempts: int = 0
+    fatal_streak: int = 0
+    in_flight: bool = False
+    hint: str | None = None
+
+    def state(self) -> HostState:
+        return HostState(self.host, self.stage, self.reason, self.detail, self.attempts)
+
+
+@dataclass
+class _Loop:
+    policy: WaitPolicy
+    runner: Runner
+    emit: Callable[[Event], None]
+    delay: Callable[[int], float]
+    started: float
+    tracks: dict[str, _Track] = field(default_factory=dict)
+    due: list[tuple[float, int, str]] = field(default_factory=list)  # heap of idle hosts
+    seq: int = 0
+    ready: int = 0
+    in_flight: int = 0
+
+    def add(self, hosts: tuple[str, ...], at: float) -> tuple[str, ...]:
+        new = tuple(h for h in hosts if h not in self.tracks)
+        for host in new:
+            self.tracks[host] = _Track(host)
+            self._schedule(host, at)
+        return new
+
+    def _schedule(self, host: str, at: float) -> None:
+        self.seq += 1
+        heapq.heappush(self.due, (at, self.seq, host))
+
+    def result(self, end: End, failed: _Track | None = None, signal: str | None = None):
+        return WaitResult(
+            end=end,
+            hosts=tuple(t.state() for t in self.tracks.values()),
+            elapsed=self.runner.now() - self.started,
+            failed=failed.state() if failed else None,
+            hint=failed.hint if failed else None,
+            signal_name=signal,
+        )
+
+    def record(self, host: str, outcome: Outcome, now: float) -> _Track | None:
+        """Apply one outcome; returns the track when it ends the wait for good."""
+        track = self.tracks[host]
+        track.in_flight = False
+        self.in_flight -= 1
+        track.attempts += 1
+        changed = (outcome.stage, outcome.reason) != (track.stage, track.reason)
+        track.stage, track.reason, track.detail = outcome.stage, outcome.reason, outcome.detail
+        if outcome.status is Status.READY:
+            self.ready += 1
+            self.emit(HostReady(host, self.ready, len(self.tracks), now - self.started))
+            return None
+        if outcome.status is Status.FATAL:
+            track.fatal_streak += 1
+            track.hint = outcome.hint
+            if track.fatal_streak >= self.policy.permanent_after:
+                return track
+        else:
+            track.fatal_streak = 0
+        if changed:
+            self.emit(HostChanged(track.state(), now - self.started))
+        self._schedule(host, now + self.delay(track.attempts))
+        return None
+
+
+def wait_for_hosts(
+    *,
+    first: tuple[str, ...],
+    read_hosts: Callable[[], tuple[tuple[str, ...], tuple[str, ...]]],
+    runner: Runner,
+    policy: WaitPolicy,
+    emit: Callable[[Event], None],
+    delay: Callable[[int], float] | None = None,
+) -> WaitResult:
+    """Wait until every listed host is ready, the deadline passes, or a host fails for good.
+
+    ``first`` are the hosts known at the start; ``read_hosts`` re-reads the sources and returns
+    (hosts, source descriptions); hosts once listed stay waited for, since a worker that
+    disappears from discover_hosts.sh is restarting, not leaving the job.
+    """
+    delay = delay or backoff(policy.retry_initial, policy.retry_max)
+    start = runner.now()
+    loop = _Loop(policy, runner, emit, delay, start)
+    loop.add(first, start)
+    deadline = start + policy.timeout if policy.timeout > 0 else math.inf
+    next_reread = start + policy.reread_interval
+    next_status = start + policy.status_interval
+    rate = policy.probe_rate
+    capacity = float(max(1, policy.parallel))
+    tokens, refilled = capacity, start
+    try:
+        while True:
+            now = runner.now()
+            if now >= next_reread:
+                hosts, sources = read_hosts()
+                new = loop.add(hosts, now)
+                if new:
+                    emit(HostsAdded(new, len(loop.tracks), sources))
+                next_reread = now + policy.reread_interval
+            if loop.tracks and loop.ready == len(loop.tracks):
+                return loop.result(End.READY)
+            if now >= deadline:
+                return loop.result(End.TIMEOUT)
+            if now >= next_status:
+                emit(StillWaiting(tuple(t.state() for t in loop.tracks.values()), now - start))
+                next_status = now + policy.status_interval
+            if rate > 0:
+                tokens = min(capacity, tokens + (now - refilled) * rate)
+                refilled = now
+            while (
+                loop.due
+                and loop.due[0][0] <= now
+                and loop.in_flight < policy.parallel
+                and (rate <= 0 or tokens >= 1 - _EPSILON)
+            ):
+                _, _, host = heapq.heappop(loop.due)
+                track = loop.tracks[host]
+                track.in_flight = True
+                loop.in_flight += 1
+                tokens -= 1
+                runner.start(host)
+            wake = min(deadline, next_reread, next_status)
+            if loop.due and loop.in_flight < policy.parallel:
+                next_due = loop.due[0][0]
+                if rate > 0 and tokens < 1 - _EPSILON:
+                    next_due = max(next_due, now + (1 - tokens) / rate)
+                wake = min(wake, next_due)
+            for host, outcome in runner.results(max(0.0, wake - now)):
+                failed = loop.record(host, outcome, runner.now())
+                if failed is not None:
+                    return loop.result(End.PERMANENT, failed)
+    except Interrupted as signal:
+        return loop.result(End.INTERRUPTED, signal=signal.name)
+
+
+class ThreadRunner:
+    """Attempts on a fixed pool of daemon threads (daemon: a stuck connect never delays exit).
+
+    Threads are started only as attempts need them, so four hosts cost four threads, not 64.
+    """
+
+    def __init__(self, attempt: Callable[[str], Outcome], workers: int) -> None:
+        self._attempt = attempt
+        self._workers = max(1, workers)
+        self._threads: list[threading.Thread] = []
+        self._jobs: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[str, Outcome]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def start(self, host: str) -> None:
+        with self._lock:
+            spawn = self._idle == 0 and len(self._threads) < self._workers
+            if not spawn:
+                self._idle -= 1
+        if spawn:
+            thread = threading.Thread(target=self._work, name="mpiwait-probe", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+        self._jobs.put(host)
+
+    def _work(self) -> None:
+        while True:
+            host = self._jobs.get()
+            try:
+                outcome = self._attempt(host)
+            except Exception as exc:  # a probe bug or a library surprise must not kill the wait
+                outcome = Outcome(
+                    Status.RETRY, Stage.SSH, "unexpected", f"{type(exc).__name__}: {exc}"
+                )
+            with self._lock:
+                self._idle += 1
+            self._done.put((host, outcome))
+
+    def results(self, timeout: float) -> list[tuple[str, Outcome]]:
+        try:
+            out = [self._done.get(timeout=timeout) if timeout > 0 else self._done.get_nowait()]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                out.append(self._done.get_nowait())
+            except queue.Empty:
+                return out
