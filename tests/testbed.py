@@ -15,6 +15,13 @@ process groups of their own; ``down()`` kills them (and anything left in the nam
 removes namespaces, links and files. ``cleanup_stale()`` does the same for beds whose owning
 process is gone (a crashed or killed test run).
 
+Example::
+
+    with TestBed(3, workdir=tmp_path) as bed:          # w1..w3 on 10.123.<free>.11-13
+        bed.run(bed.ssh_argv(0, "hostname")).stdout     # "w1\n"
+        bed.blackhole(1); bed.stop_sshd(2)              # faults, and their inverses
+        bed.run(bed.openmpi_argv(["hostname"]))         # real mpirun over the bed
+
 Stdlib only; importable without pytest. Needs root, iproute2, util-linux (unshare, setpriv),
 openssh-server/client; iptables only for ``blackhole()``.
 """
