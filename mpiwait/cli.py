@@ -7,6 +7,7 @@ which wires sources → hosts → probes → waiter → report → exec and retu
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -48,10 +49,25 @@ Every option can also be set as MPIWAIT_<OPTION> (e.g. MPIWAIT_TIMEOUT=300); fla
 """
 
 
+def _finite(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    # float() takes "nan" and "inf", and every range check lets NaN through; neither is a
+    # number of seconds (NaN would fail every probe inside a thread, inf overflows a timeout).
+    if value is not None and not math.isfinite(value):
+        raise click.BadParameter(f"must be a finite number, not {value:g}", ctx, param)
+    return value
+
+
 def _positive(ctx: click.Context, param: click.Parameter, value: float | None) -> float | None:
+    value = _finite(ctx, param, value)
     if value is not None and value <= 0:
         raise click.BadParameter(f"must be greater than 0, not {value:g}", ctx, param)
     return value
+
+
+class _WordList(click.Path):
+    """A path option whose environment variable holds several paths separated by blanks."""
+
+    envvar_list_splitter = None  # type: ignore[assignment]
 
 
 @click.command(context_settings=CONTEXT, epilog=EPILOG)
@@ -75,7 +91,12 @@ def _positive(ctx: click.Context, param: click.Parameter, value: float | None) -
     help="Run the discover file (with a timeout) and parse its stdout as host[:slots] lines.",
 )
 @click.option(
-    "--hosts", "hosts_option", metavar="H1,H2,...", help="Explicit hosts; the files are not read."
+    "--hosts",
+    "hosts_option",
+    # Named after the option, not the parameter: auto_envvar_prefix would say MPIWAIT_HOSTS_OPTION.
+    envvar="MPIWAIT_HOSTS",
+    metavar="H1,H2,...",
+    help="Explicit hosts; the files are not read.",
 )
 @click.option("--include-self", is_flag=True, help="Also wait for entries that name this machine.")
 @click.option(
@@ -94,14 +115,17 @@ def _positive(ctx: click.Context, param: click.Parameter, value: float | None) -
     "-i",
     "--identity-file",
     "identity_files",
-    type=click.Path(path_type=Path),
+    envvar="MPIWAIT_IDENTITY_FILE",  # not MPIWAIT_IDENTITY_FILES, the parameter's name
+    type=_WordList(path_type=Path),
     multiple=True,
-    help="Private key (repeatable; replaces the config's and the defaults).",
+    help="Private key (repeatable; replaces the config's and the defaults; "
+    "MPIWAIT_IDENTITY_FILE takes several separated by spaces).",
 )
 @click.option("--remote-command", metavar="CMD", help="Also run CMD on each host; it must exit 0.")
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0),
+    callback=_finite,
     default=DEFAULT_TIMEOUT,
     show_default=True,
     help="Overall deadline in seconds; 0 waits forever.",
@@ -139,6 +163,7 @@ def _positive(ctx: click.Context, param: click.Parameter, value: float | None) -
 @click.option(
     "--probe-rate",
     type=click.FloatRange(min=0),
+    callback=_finite,
     default=DEFAULT_PROBE_RATE,
     show_default=True,
     help="Most probes started per second, all hosts together; 0: no limit.",
@@ -214,6 +239,9 @@ def parse(argv: list[str]) -> Settings | int:
         result = command_line.main(args=argv, prog_name="mpiwait", standalone_mode=False)
     except click.exceptions.UsageError as exc:
         message = exc.format_message().replace("\n", " ")
+        envvar = _bad_envvar(exc, argv)
+        if envvar:
+            message = f"{message} (from {envvar})"
         sys.stderr.write(f"mpiwait: error: {message} (see mpiwait --help)\n")
         return ExitCode.USAGE
     except click.exceptions.Abort:
@@ -223,6 +251,27 @@ def parse(argv: list[str]) -> Settings | int:
     if isinstance(result, Settings):
         return result
     return int(result or 0)
+
+
+def _bad_envvar(exc: click.exceptions.UsageError, argv: list[str]) -> str | None:
+    """The MPIWAIT_* variable a bad value came from, when no flag for it is on the line.
+
+    click names only the option ("Invalid value for '--timeout'"), which misleads whoever
+    set MPIWAIT_TIMEOUT and never typed --timeout.
+    """
+    param = getattr(exc, "param", None)
+    if not isinstance(param, click.Option) or exc.ctx is None:
+        return None
+    name = param.envvar if isinstance(param.envvar, str) else None
+    if name is None and exc.ctx.auto_envvar_prefix and param.name:
+        name = f"{exc.ctx.auto_envvar_prefix}_{param.name.upper()}"
+    if not name or name not in os.environ:
+        return None
+    for arg in argv:
+        for opt in param.opts + param.secondary_opts:
+            if arg == opt or arg.startswith(opt + "=") or (len(opt) == 2 and arg.startswith(opt)):
+                return None
+    return name
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -244,25 +293,29 @@ def main(argv: list[str] | None = None) -> None:
 
         status = run(parsed, os.environ)
     except MpiwaitError as exc:
-        _one_line_error(exc.message, exc.hint)
         status = int(exc.exit_code)
+        _one_line_error(parsed, exc.message, exc.hint, status)
     except Interrupted as exc:
         status = exc.exit_code
     except Exception as exc:  # a bug: one line, and the traceback only on request
         if os.environ.get("MPIWAIT_DEBUG"):
             raise
+        status = ExitCode.INTERNAL
         _one_line_error(
+            parsed,
             f"internal error: {type(exc).__name__}: {exc}",
             "please report it; MPIWAIT_DEBUG=1 shows the traceback",
+            status,
         )
-        status = ExitCode.INTERNAL
     _exit(int(status))
 
 
-def _one_line_error(message: str, hint: str | None) -> None:
-    sys.stderr.write(f"mpiwait: error: {message}\n")
-    if hint:
-        sys.stderr.write(f"mpiwait: hint: {hint}\n")
+def _one_line_error(settings: Settings, message: str, hint: str | None, status: int) -> None:
+    # Through the Reporter, so that with --log-format json an error (a bad key file, a COMMAND
+    # that is not found, a malformed hostfile) is a JSON line like every other, not plain text.
+    from mpiwait.report import Reporter
+
+    Reporter(settings.log_format).error(message, hint, exit_code=status)
 
 
 def _exit(status: int) -> None:

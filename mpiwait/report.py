@@ -33,6 +33,12 @@ PREFIX = "mpiwait: "
 PER_HOST_LINES_UP_TO = 32
 # How many names a grouped line spells out before "and N more".
 NAMES_PER_GROUP = 5
+# Kubernetes keeps at most this many bytes of a termination message.
+TERMINATION_LOG_BYTES = 4096
+
+
+def _hosts(count: int) -> str:
+    return f"{count} host" if count == 1 else f"{count} hosts"
 
 
 def group_not_ready(hosts: Iterable[HostState]) -> list[tuple[str, list[HostState]]]:
@@ -59,7 +65,8 @@ def summary_lines(result: WaitResult) -> list[str]:
     """The final words, short enough for a screen (and a termination message) at any scale."""
     total = len(result.hosts)
     if result.end is End.READY:
-        return [f"all {total} hosts ready in {result.elapsed:.1f}s"]
+        everyone = "1 host" if total == 1 else f"all {total} hosts"
+        return [f"{everyone} ready in {result.elapsed:.1f}s"]
     if result.end is End.PERMANENT and result.failed is not None:
         lines = [f"error: {result.failed.host}: {result.failed.detail}"]
         if result.hint:
@@ -68,11 +75,13 @@ def summary_lines(result: WaitResult) -> list[str]:
     not_ready = result.not_ready
     if result.end is End.TIMEOUT:
         head = f"timed out after {result.elapsed:.1f}s"
-    else:
-        head = f"interrupted by {result.signal_name} after {result.elapsed:.1f}s"
+    elif result.end is End.INTERRUPTED:
+        head = f"interrupted by {result.signal_name or 'a signal'} after {result.elapsed:.1f}s"
+    else:  # permanent, but without the host that caused it
+        head = f"failed after {result.elapsed:.1f}s"
     if not total:
         return [f"{head}: no hosts were listed by any source"]
-    lines = [f"{head}: {len(not_ready)} of {total} hosts not ready"]
+    lines = [f"{head}: {len(not_ready)} of {_hosts(total)} not ready"]
     for key, hosts in group_not_ready(not_ready):
         lines.append(f"  {key} ({len(hosts)}): {_names(hosts, details=True)}")
     return lines
@@ -172,7 +181,7 @@ class Reporter:
             sources = "; ".join(event.sources) or "no source lists any host yet"
             deadline = f"deadline {event.timeout:g}s" if event.timeout > 0 else "no deadline"
             self.line(
-                f"waiting for {len(event.hosts)} hosts ({sources}) to pass the "
+                f"waiting for {_hosts(len(event.hosts))} ({sources}) to pass the "
                 f"{event.check} check; {deadline}"
             )
             if event.skipped_self:
@@ -182,7 +191,7 @@ class Reporter:
         elif isinstance(event, HostsAdded):
             self._total = event.total
             self.line(
-                f"{len(event.hosts)} more hosts listed: "
+                f"{len(event.hosts)} more {'host' if len(event.hosts) == 1 else 'hosts'} listed: "
                 f"{_names([HostState(h, Stage.PENDING) for h in event.hosts], details=False)} "
                 f"({event.total} in all)"
             )
@@ -227,7 +236,9 @@ def write_termination_log(path: Path | None, lines: list[str]) -> None:
     try:
         if not path.is_file() and not path.is_char_device():
             return
-        # Kubernetes keeps at most 4096 bytes of the message.
-        path.write_text(("\n".join(lines) + "\n")[:4096], encoding="utf-8")
+        # Bytes, not characters: one non-ASCII name would otherwise push past the limit. A
+        # character cut in half at the end is dropped rather than left broken.
+        data = ("\n".join(lines) + "\n").encode("utf-8")[:TERMINATION_LOG_BYTES]
+        path.write_bytes(data.decode("utf-8", "ignore").encode("utf-8"))
     except OSError:
         return

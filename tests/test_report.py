@@ -1,0 +1,573 @@
+"""mpiwait.report: text and JSON lines for every event, -q, summaries at scale, termination log."""
+
+from __future__ import annotations
+
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from mpiwait.events import (
+    End,
+    HostChanged,
+    HostReady,
+    HostsAdded,
+    HostState,
+    Outcome,
+    Stage,
+    Status,
+    StillWaiting,
+    WaitResult,
+    WaitStarted,
+)
+from mpiwait.report import (
+    NAMES_PER_GROUP,
+    PER_HOST_LINES_UP_TO,
+    PREFIX,
+    TERMINATION_LOG_BYTES,
+    Reporter,
+    group_not_ready,
+    summary_lines,
+    write_termination_log,
+)
+from mpiwait.settings import LogFormat
+
+
+def reporter(log_format: LogFormat = LogFormat.TEXT, quiet: bool = False) -> Reporter:
+    return Reporter(log_format, quiet, stream=io.StringIO())
+
+
+def lines(rep: Reporter) -> list[str]:
+    return rep.stream.getvalue().splitlines()  # type: ignore[attr-defined]
+
+
+def records(rep: Reporter) -> list[dict]:
+    return [json.loads(line) for line in lines(rep)]
+
+
+def started(n: int, **kw) -> WaitStarted:
+    fields = {
+        "hosts": tuple(f"w{i}" for i in range(n)),
+        "sources": ("/etc/mpi/hostfile (3 hosts)",),
+        "skipped_self": (),
+        "check": "ssh",
+        "timeout": 600.0,
+    }
+    fields.update(kw)
+    return WaitStarted(**fields)
+
+
+def state(host: str, stage: Stage = Stage.TCP, reason: str = "refused", detail: str = ""):
+    return HostState(host, stage, reason, detail, attempts=3)
+
+
+# One of each event type the waiter emits.
+EVENTS = [
+    started(3, skipped_self=("launcher",), notes=("a note",)),
+    HostsAdded(("w3", "w4"), 5, ("/etc/mpi/discover_hosts.sh (5 hosts)",)),
+    HostChanged(state("w1", detail="10.0.0.2 port 22: refused"), 1.25),
+    HostReady("w0", 1, 5, 2.5),
+    StillWaiting(
+        (HostState("w0", Stage.READY), state("w1"), state("w2", Stage.DNS, "unresolved")), 10
+    ),
+    WaitResult(End.TIMEOUT, (HostState("w0", Stage.READY), state("w1")), 600.0),
+]
+
+
+# --- text --------------------------------------------------------------------------------
+
+
+def test_every_text_line_has_the_prefix() -> None:
+    rep = reporter()
+    for event in EVENTS:
+        rep(event)
+    rep.info("hello")
+    rep.error("bad", "do this", exit_code=2)
+    assert lines(rep)
+    assert all(line.startswith(PREFIX) for line in lines(rep))
+
+
+def test_text_wait_started() -> None:
+    rep = reporter()
+    rep(started(3, skipped_self=("launcher", "launcher.local"), notes=("note one", "note two")))
+    assert lines(rep) == [
+        "mpiwait: waiting for 3 hosts (/etc/mpi/hostfile (3 hosts)) to pass the ssh check; "
+        "deadline 600s",
+        "mpiwait: not waiting for this machine: launcher, launcher.local",
+        "mpiwait: note one",
+        "mpiwait: note two",
+    ]
+
+
+def test_text_wait_started_one_host_no_deadline_no_source() -> None:
+    rep = reporter()
+    rep(started(1, sources=(), timeout=0.0, check="tcp"))
+    assert lines(rep) == [
+        "mpiwait: waiting for 1 host (no source lists any host yet) to pass the tcp check; "
+        "no deadline"
+    ]
+
+
+def test_text_hosts_added() -> None:
+    rep = reporter()
+    rep(HostsAdded(("w3", "w4"), 5, ()))
+    rep(HostsAdded(("w5",), 6, ()))
+    rep(HostsAdded(tuple(f"x{i}" for i in range(8)), 14, ()))
+    assert lines(rep) == [
+        "mpiwait: 2 more hosts listed: w3, w4 (5 in all)",
+        "mpiwait: 1 more host listed: w5 (6 in all)",
+        "mpiwait: 8 more hosts listed: x0, x1, x2, x3, x4 and 3 more (14 in all)",
+    ]
+
+
+def test_text_host_changed() -> None:
+    rep = reporter()
+    rep(started(3))
+    rep(HostChanged(state("w1", detail="10.0.0.2 port 22: refused"), 1.25))
+    rep(HostChanged(state("w2", Stage.DNS, "unresolved"), 0.04))
+    assert lines(rep)[1:] == [
+        "mpiwait: [+1.2s] w1: tcp refused (10.0.0.2 port 22: refused)",
+        "mpiwait: [+0.0s] w2: dns unresolved",
+    ]
+
+
+def test_text_host_ready_names_each_host_when_few() -> None:
+    rep = reporter()
+    rep(started(3))
+    for i in range(3):
+        rep(HostReady(f"w{i}", i + 1, 3, 0.5 * (i + 1)))
+    assert lines(rep)[1:] == [
+        "mpiwait: [+0.5s] 1/3 ready (w0)",
+        "mpiwait: [+1.0s] 2/3 ready (w1)",
+        "mpiwait: [+1.5s] 3/3 ready (w2)",
+    ]
+
+
+def test_text_still_waiting_is_one_line() -> None:
+    rep = reporter()
+    hosts = (
+        HostState("w0", Stage.READY),
+        *(state(f"t{i}") for i in range(7)),
+        state("d0", Stage.DNS, "unresolved"),
+        HostState("p0", Stage.PENDING),
+    )
+    rep(StillWaiting(hosts, 10.2))
+    assert lines(rep) == [
+        "mpiwait: [+10s] 1/10 ready; tcp refused: t0, t1, t2, t3, t4 and 2 more; "
+        "dns unresolved: d0; not probed yet: p0"
+    ]
+
+
+def test_text_result_is_the_summary() -> None:
+    result = WaitResult(End.TIMEOUT, (state("w1"),), 5.0)
+    rep = reporter()
+    rep(result)
+    assert lines(rep) == [PREFIX + line for line in summary_lines(result)]
+
+
+def test_text_error_and_info() -> None:
+    rep = reporter()
+    rep.error("hostfile /x: does not exist", "mount it", exit_code=2)
+    rep.error("no hint", exit_code=3)
+    rep.info("K_MPI_JOB_ROLE=worker: nothing to wait for")
+    assert lines(rep) == [
+        "mpiwait: error: hostfile /x: does not exist",
+        "mpiwait: hint: mount it",
+        "mpiwait: error: no hint",
+        "mpiwait: K_MPI_JOB_ROLE=worker: nothing to wait for",
+    ]
+
+
+def test_reporter_writes_to_stderr_by_default(capsys: pytest.CaptureFixture[str]) -> None:
+    Reporter().info("to stderr")
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err == "mpiwait: to stderr\n"
+
+
+# --- many hosts: grouped, suppressed, throttled ----------------------------------------------
+
+
+def test_host_changed_lines_suppressed_above_the_limit() -> None:
+    rep = reporter()
+    rep(started(PER_HOST_LINES_UP_TO))
+    rep(HostChanged(state("w1"), 1.0))
+    assert len(lines(rep)) == 2  # at the limit: still one line per host
+
+    rep = reporter()
+    rep(started(PER_HOST_LINES_UP_TO + 1))
+    for i in range(PER_HOST_LINES_UP_TO + 1):
+        rep(HostChanged(state(f"w{i}"), 1.0))
+    assert len(lines(rep)) == 1
+
+
+def test_host_changed_suppressed_once_added_hosts_pass_the_limit() -> None:
+    rep = reporter()
+    rep(started(2))
+    rep(HostChanged(state("w0"), 1.0))
+    rep(
+        HostsAdded(
+            tuple(f"x{i}" for i in range(PER_HOST_LINES_UP_TO)), 2 + PER_HOST_LINES_UP_TO, ()
+        )
+    )
+    rep(HostChanged(state("w1"), 2.0))
+    assert [line for line in lines(rep) if ": tcp refused" in line] == [
+        "mpiwait: [+1.0s] w0: tcp refused"
+    ]
+
+
+def test_progress_lines_throttled_for_many_hosts() -> None:
+    total = 300
+    rep = reporter()
+    rep(started(total))
+    for i in range(total):
+        rep(HostReady(f"w{i}", i + 1, total, i * 0.01))
+    progress = lines(rep)[1:]
+    assert 8 <= len(progress) <= 11  # about one line per tenth
+    assert progress[-1].endswith(f" {total}/{total} ready")  # the last one always, no names
+    assert not any("(w" in line for line in progress)
+
+
+def test_last_ready_always_reported_even_when_throttled() -> None:
+    rep = reporter()
+    total = 100
+    rep(started(total))
+    for i in range(total - 3, total):  # the first 97 came before (e.g. in another reporter)
+        rep(HostReady(f"w{i}", i + 1, total, 1.0))
+    assert lines(rep)[-1] == "mpiwait: [+1.0s] 100/100 ready"
+
+
+def test_no_line_per_failed_attempt() -> None:
+    """Through the real waiting loop: 40 refused attempts at one host make one line, not 40."""
+    from mpiwait.waiter import WaitPolicy, wait_for_hosts
+
+    refused = Outcome(Status.RETRY, Stage.TCP, "refused", "port 22: refused")
+    ready = Outcome(Status.READY, Stage.READY, "")
+
+    class FakeRunner:
+        def __init__(self) -> None:
+            self.clock = 0.0
+            self.started: list[str] = []
+            self.attempts = {"a": 0, "b": 0}
+
+        def now(self) -> float:
+            return self.clock
+
+        def start(self, host: str) -> None:
+            self.started.append(host)
+
+        def results(self, timeout: float) -> list[tuple[str, Outcome]]:
+            if not self.started:
+                self.clock += max(timeout, 0.001)
+                return []
+            out = []
+            for host in self.started:
+                self.attempts[host] += 1
+                fails = host == "b" and self.attempts[host] <= 40
+                out.append((host, refused if fails else ready))
+            self.started.clear()
+            self.clock += 0.01
+            return out
+
+    runner = FakeRunner()
+    rep = reporter()
+    rep(started(2))
+    result = wait_for_hosts(
+        first=("a", "b"),
+        read_hosts=lambda: (("a", "b"), ()),
+        runner=runner,
+        policy=WaitPolicy(
+            timeout=0,
+            retry_initial=0.01,
+            retry_max=0.05,
+            parallel=4,
+            probe_rate=0,
+            reread_interval=1.0,
+            permanent_after=3,
+            status_interval=math.inf,
+        ),
+        emit=rep,
+    )
+    rep(result)
+    assert result.end is End.READY
+    assert runner.attempts["b"] == 41
+    text = lines(rep)
+    assert sum("b: tcp refused" in line for line in text) == 1
+    assert len(text) == 1 + 1 + 2 + 1  # start, the one change, two ready lines, summary
+    assert text[-1].startswith("mpiwait: all 2 hosts ready in ")
+
+
+# --- quiet ---------------------------------------------------------------------------------
+
+
+def test_quiet_text_keeps_only_errors_and_summary() -> None:
+    rep = reporter(quiet=True)
+    for event in EVENTS:
+        rep(event)
+    rep.info("chatter")
+    rep.error("broken", "fix it", exit_code=3)
+    summary = [PREFIX + line for line in summary_lines(EVENTS[-1])]  # type: ignore[arg-type]
+    assert lines(rep) == [*summary, "mpiwait: error: broken", "mpiwait: hint: fix it"]
+
+
+def test_quiet_json_keeps_only_errors_and_result() -> None:
+    rep = reporter(LogFormat.JSON, quiet=True)
+    for event in EVENTS:
+        rep(event)
+    rep.info("chatter")
+    rep.error("broken", None, exit_code=3)
+    assert [r["event"] for r in records(rep)] == ["result", "error"]
+
+
+# --- JSON ----------------------------------------------------------------------------------
+
+
+def test_json_one_parseable_line_per_event() -> None:
+    rep = reporter(LogFormat.JSON)
+    for event in EVENTS:
+        rep(event)
+    rep.info("hello")
+    rep.error("bad", "hint", exit_code=2)
+    got = records(rep)
+    assert [r["event"] for r in got] == [
+        "start",
+        "hosts_added",
+        "host",
+        "ready",
+        "waiting",
+        "result",
+        "info",
+        "error",
+    ]
+    assert all(isinstance(r["time"], str) and r["time"][:2] == "20" for r in got)
+
+
+def test_json_fields() -> None:
+    rep = reporter(LogFormat.JSON)
+    for event in EVENTS:
+        rep(event)
+    rep.info("hello")
+    rep.error("bad", "hint", exit_code=2)
+    start, added, host, ready, waiting, result, info, error = records(rep)
+    assert start["hosts"] == ["w0", "w1", "w2"]
+    assert start["sources"] == ["/etc/mpi/hostfile (3 hosts)"]
+    assert start["skipped_self"] == ["launcher"]
+    assert (start["check"], start["timeout"], start["notes"]) == ("ssh", 600.0, ["a note"])
+    assert (added["hosts"], added["total"]) == (["w3", "w4"], 5)
+    assert host == {
+        "time": host["time"],
+        "event": "host",
+        "elapsed": 1.25,
+        "host": "w1",
+        "stage": "tcp",
+        "reason": "refused",
+        "detail": "10.0.0.2 port 22: refused",
+        "attempts": 3,
+    }
+    assert (ready["host"], ready["ready"], ready["total"], ready["elapsed"]) == ("w0", 1, 5, 2.5)
+    assert [h["host"] for h in waiting["hosts"]] == ["w1", "w2"]  # ready hosts left out
+    assert waiting["elapsed"] == 10
+    assert (result["end"], result["elapsed"], result["failed"], result["hint"]) == (
+        "timeout",
+        600.0,
+        None,
+        None,
+    )
+    assert [h["stage"] for h in result["hosts"]] == ["ready", "tcp"]
+    assert info["message"] == "hello"
+    assert (error["message"], error["hint"], error["exit_code"]) == ("bad", "hint", 2)
+
+
+def test_json_permanent_result_names_the_failed_host() -> None:
+    failed = HostState("w1", Stage.SSH, "auth", "key rejected", 3)
+    rep = reporter(LogFormat.JSON)
+    rep(WaitResult(End.PERMANENT, (failed,), 1.23456, failed=failed, hint="check the key"))
+    (result,) = records(rep)
+    assert result["end"] == "permanent"
+    assert result["elapsed"] == 1.235
+    assert result["failed"]["host"] == "w1"
+    assert result["hint"] == "check the key"
+
+
+def test_json_lines_survive_odd_text() -> None:
+    rep = reporter(LogFormat.JSON)
+    odd = 'line\nbreak "quoted" \\ tab\t ünïcode'
+    rep(HostChanged(HostState("w1", Stage.SSH, "banner", odd), 1.0))
+    rep.info(odd)
+    got = records(rep)
+    assert len(got) == 2
+    assert got[0]["detail"] == odd
+    assert got[1]["message"] == odd
+
+
+def test_json_progress_is_not_throttled() -> None:
+    rep = reporter(LogFormat.JSON)
+    for i in range(100):
+        rep(HostReady(f"w{i}", i + 1, 100, 1.0))
+    assert len(records(rep)) == 100
+
+
+# --- group_not_ready and summary_lines --------------------------------------------------------
+
+
+def test_group_not_ready() -> None:
+    hosts = [
+        HostState("r", Stage.READY),
+        state("a"),
+        HostState("p", Stage.PENDING),
+        state("d1", Stage.DNS, "unresolved"),
+        state("b"),
+        state("d2", Stage.DNS, "unresolved"),
+        state("c"),
+    ]
+    groups = group_not_ready(hosts)
+    assert [(key, [h.host for h in members]) for key, members in groups] == [
+        ("tcp refused", ["a", "b", "c"]),
+        ("dns unresolved", ["d1", "d2"]),
+        ("not probed yet", ["p"]),
+    ]
+
+
+def test_group_not_ready_all_ready_is_empty() -> None:
+    assert group_not_ready([HostState("a", Stage.READY)]) == []
+
+
+def test_summary_ready() -> None:
+    hosts = tuple(HostState(f"w{i}", Stage.READY) for i in range(4))
+    assert summary_lines(WaitResult(End.READY, hosts, 1.26)) == ["all 4 hosts ready in 1.3s"]
+    assert summary_lines(WaitResult(End.READY, hosts[:1], 0.1)) == ["1 host ready in 0.1s"]
+
+
+def test_summary_permanent() -> None:
+    failed = HostState("w1", Stage.SSH, "auth", "publickey rejected for user mpi")
+    result = WaitResult(End.PERMANENT, (failed,), 3.0, failed=failed, hint="check the key")
+    assert summary_lines(result) == [
+        "error: w1: publickey rejected for user mpi",
+        "hint: check the key",
+    ]
+    no_hint = WaitResult(End.PERMANENT, (failed,), 3.0, failed=failed)
+    assert summary_lines(no_hint) == ["error: w1: publickey rejected for user mpi"]
+
+
+def test_summary_permanent_without_failed_host_is_not_called_an_interruption() -> None:
+    result = WaitResult(End.PERMANENT, (state("w1"),), 3.0)
+    head = summary_lines(result)[0]
+    assert "interrupted" not in head
+    assert "None" not in head
+
+
+def test_summary_timeout_small() -> None:
+    result = WaitResult(
+        End.TIMEOUT,
+        (HostState("w0", Stage.READY), state("w1", detail="10.0.0.2 port 22: refused")),
+        600.04,
+    )
+    assert summary_lines(result) == [
+        "timed out after 600.0s: 1 of 2 hosts not ready",
+        "  tcp refused (1): w1 (10.0.0.2 port 22: refused)",
+    ]
+
+
+def test_summary_singular() -> None:
+    result = WaitResult(End.TIMEOUT, (state("w1"),), 1.0)
+    assert summary_lines(result)[0] == "timed out after 1.0s: 1 of 1 host not ready"
+
+
+def test_summary_interrupted() -> None:
+    result = WaitResult(End.INTERRUPTED, (state("w1"),), 2.5, signal_name="SIGTERM")
+    assert summary_lines(result)[0] == "interrupted by SIGTERM after 2.5s: 1 of 1 host not ready"
+
+
+def test_summary_no_hosts_listed() -> None:
+    assert summary_lines(WaitResult(End.TIMEOUT, (), 60.0)) == [
+        "timed out after 60.0s: no hosts were listed by any source"
+    ]
+
+
+def test_deadline_summary_for_300_hosts_fits_a_screen() -> None:
+    hosts = (
+        *(HostState(f"ready-{i}", Stage.READY) for i in range(50)),
+        *(state(f"dns-{i}", Stage.DNS, "unresolved", "no such name") for i in range(120)),
+        *(state(f"tcp-{i}", Stage.TCP, "refused", "port 22: refused") for i in range(80)),
+        *(state(f"ssh-{i}", Stage.SSH, "no-banner", "no SSH banner") for i in range(50)),
+    )
+    assert len(hosts) == 300
+    text = summary_lines(WaitResult(End.TIMEOUT, hosts, 600.0))
+    assert len(text) <= 10
+    assert text[0] == "timed out after 600.0s: 250 of 300 hosts not ready"
+    assert len(text) == 4
+    dns, tcp, ssh = text[1:]
+    # largest group first, each names its first few and counts the rest
+    assert dns.startswith("  dns unresolved (120): dns-0 (no such name), dns-1 (no such name)")
+    assert dns.endswith(f"dns-{NAMES_PER_GROUP - 1} (no such name) and 115 more")
+    assert tcp.startswith("  tcp refused (80): tcp-0 (port 22: refused)")
+    assert tcp.endswith("and 75 more")
+    assert ssh.startswith("  ssh no-banner (50): ssh-0")
+    assert ssh.endswith("and 45 more")
+    for line in text:
+        assert len(line) < 300
+        assert "ready-" not in line
+    assert f"dns-{NAMES_PER_GROUP}" not in dns  # only the first few names
+
+
+# --- termination log ---------------------------------------------------------------------
+
+
+def test_termination_log_written_when_it_exists(tmp_path: Path) -> None:
+    log = tmp_path / "termination-log"
+    log.write_text("old content that is longer than the new one\n" * 10)
+    write_termination_log(log, ["timed out", "  tcp refused (1): w1"])
+    assert log.read_text() == "timed out\n  tcp refused (1): w1\n"
+
+
+def test_termination_log_not_created(tmp_path: Path) -> None:
+    log = tmp_path / "termination-log"
+    write_termination_log(log, ["timed out"])
+    assert not log.exists()
+    write_termination_log(tmp_path / "no-dir" / "termination-log", ["timed out"])
+    assert not (tmp_path / "no-dir").exists()
+
+
+def test_termination_log_dangling_symlink_not_followed_into_a_new_file(tmp_path: Path) -> None:
+    link = tmp_path / "termination-log"
+    link.symlink_to(tmp_path / "target")
+    write_termination_log(link, ["timed out"])
+    assert not (tmp_path / "target").exists()
+
+
+def test_termination_log_none_and_directory_are_ignored(tmp_path: Path) -> None:
+    write_termination_log(None, ["x"])
+    write_termination_log(tmp_path, ["x"])  # a directory: neither written nor an error
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_termination_log_char_device(tmp_path: Path) -> None:
+    write_termination_log(Path("/dev/null"), ["x"])  # written, no error
+
+
+def test_termination_log_truncated_to_4096_bytes(tmp_path: Path) -> None:
+    assert TERMINATION_LOG_BYTES == 4096
+    log = tmp_path / "termination-log"
+    log.touch()
+    write_termination_log(log, [f"line {i:05d} " + "x" * 50 for i in range(1000)])
+    data = log.read_bytes()
+    assert len(data) == 4096
+    assert data.startswith(b"line 00000 ")
+
+
+def test_termination_log_truncation_counts_bytes_not_characters(tmp_path: Path) -> None:
+    log = tmp_path / "termination-log"
+    log.touch()
+    write_termination_log(log, ["é" * 3000])  # 6000 bytes in UTF-8
+    data = log.read_bytes()
+    assert len(data) <= 4096
+    assert data.decode("utf-8") == "é" * 2048  # cut on a character boundary, still valid
+
+
+def test_termination_log_short_message_untouched(tmp_path: Path) -> None:
+    log = tmp_path / "termination-log"
+    log.touch()
+    write_termination_log(log, ["ünï", "second"])
+    assert log.read_text(encoding="utf-8") == "ünï\nsecond\n"
