@@ -55,7 +55,12 @@ def load_identity(path: str) -> Identity:
         key = paramiko.PKey.from_path(path)
     except PermanentError:
         raise
-    except paramiko.PasswordRequiredException:
+    except (paramiko.PasswordRequiredException, TypeError) as exc:
+        # PKey.from_path lets cryptography's TypeError through for an encrypted key, in the
+        # OpenSSH format ("Key is password-protected, ...") and in PEM ("Password was not
+        # given but private key is encrypted"), rather than PasswordRequiredException.
+        if isinstance(exc, TypeError) and "password" not in str(exc).lower():
+            raise
         raise PermanentError(
             f"identity file {path} is protected by a passphrase; mpirun's ssh runs without a "
             "terminal and cannot ask for it",
@@ -150,6 +155,12 @@ class HostKeyPolicy:
                         ) from None
                 self._files[files] = known
             return known
+
+    def known_types(self, *, address: str, port: int, files: tuple[str, ...]) -> tuple[str, ...]:
+        """The key types (``ssh-rsa``, ``ssh-ed25519``, ...) known_hosts lists for this host."""
+        name = address if port == 22 else f"[{address}]:{port}"
+        entry = self._known(files).lookup(name)
+        return tuple(entry.keys()) if entry is not None else ()
 
     def check(
         self,

@@ -10,6 +10,7 @@ a host is logged into once, when its port first answers. paramiko stays inside t
 from __future__ import annotations
 
 import errno
+import logging
 import socket
 import threading
 from dataclasses import dataclass
@@ -21,6 +22,13 @@ from mpiwait.settings import DEFAULT_CONNECT_TIMEOUT, Check
 from mpiwait.sshconfig import SSHResolver, SSHTarget
 
 READY = Outcome(Status.READY, Stage.READY, "ready")
+
+# paramiko logs every failed handshake (a silent or closing port, a socket we closed under its
+# reader thread) at ERROR, with a traceback. Without a handler of ours those records reach
+# logging's last-resort handler and land on stderr, among our own lines (and in the middle of
+# --log-format json). Each failure comes back to us as an exception or an inactive transport
+# and is reported once, as an Outcome; paramiko's own account of it is not wanted.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 def _retry(stage: Stage, reason: str, detail: str) -> Outcome:
@@ -112,14 +120,38 @@ class Prober:
         transport.handshake_timeout = timeout
         transport.auth_timeout = timeout
         try:
+            if target.strict_host_key_checking != "no":
+                try:
+                    known = self._host_keys.known_types(
+                        address=target.address, port=target.port, files=target.known_hosts_files
+                    )
+                except PermanentError as exc:
+                    return Outcome(Status.FATAL, Stage.SSH, "host-key", exc.message, exc.hint)
+                _prefer_host_key_types(transport, known)
             try:
                 transport.start_client(timeout=timeout)
             except paramiko.SSHException as exc:
+                if "banner" in str(exc).lower() and isinstance(exc.__context__, EOFError):
+                    # paramiko says "Error reading SSH protocol banner" for a close as for a
+                    # timeout; only its cause tells them apart. sshd closes at once when it is
+                    # past MaxStartups (after a line "Exceeded MaxStartups").
+                    return _retry(
+                        Stage.SSH,
+                        "closed",
+                        "connection closed before the SSH banner; is sshd at its "
+                        "MaxStartups limit?",
+                    )
                 if "banner" in str(exc).lower():
                     return _retry(Stage.SSH, "no-banner", f"no SSH banner within {timeout:g}s")
                 return _retry(Stage.SSH, "handshake", f"SSH handshake failed: {exc}")
             except (EOFError, OSError) as exc:
                 return _retry(Stage.SSH, "handshake", f"SSH handshake failed: {_oserror(exc)}")
+            if not transport.initial_kex_done:
+                # start_client returns silently, without an exception, when its own timeout
+                # passes first: tell a port that never sent a banner from a stalled key exchange.
+                if not transport.remote_version:
+                    return _retry(Stage.SSH, "no-banner", f"no SSH banner within {timeout:g}s")
+                return _retry(Stage.SSH, "handshake", f"no SSH key exchange within {timeout:g}s")
             server_key = transport.get_remote_server_key()
             try:
                 self._host_keys.check(
@@ -188,6 +220,23 @@ class Prober:
         if status != 0:
             return _retry(Stage.SSH, "remote-command", f"{command!r} exited with status {status}")
         return READY
+
+
+def _prefer_host_key_types(transport, known: tuple[str, ...]) -> None:
+    """Ask first for the host key types known_hosts lists, as ssh does (order_hostkeyalgs).
+
+    Without it paramiko asks for its own favourite (ed25519) and gets a key known_hosts does not
+    list, although it lists another of the server's keys: a refusal ("not in known_hosts")
+    under StrictHostKeyChecking yes where ssh logs in, and a listed key never compared otherwise.
+    """
+    if not known:
+        return
+    options = transport.get_security_options()
+    offered = list(options.key_types)
+    # rsa-sha2-256/512 are signatures made with an ssh-rsa key.
+    first = [a for a in offered if ("ssh-rsa" if a.startswith("rsa-sha2-") else a) in known]
+    if first:
+        options.key_types = first + [a for a in offered if a not in first]
 
 
 def _connect(infos: list, timeout: float) -> tuple[socket.socket | None, Outcome | None]:
