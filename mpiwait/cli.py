@@ -116,7 +116,9 @@ class _WordList(click.Path):
     "--identity-file",
     "identity_files",
     envvar="MPIWAIT_IDENTITY_FILE",  # not MPIWAIT_IDENTITY_FILES, the parameter's name
-    type=_WordList(path_type=Path),
+    # readable=False: an unreadable key is keys.py's to report (exit 3, with a hint about the
+    # volume's mode), not click's "Path ... is not readable" (exit 2, no hint).
+    type=_WordList(path_type=Path, readable=False),
     multiple=True,
     help="Private key (repeatable; replaces the config's and the defaults; "
     "MPIWAIT_IDENTITY_FILE takes several separated by spaces).",
@@ -179,7 +181,7 @@ class _WordList(click.Path):
 @click.option("-q", "--quiet", is_flag=True, help="Only errors and the final summary.")
 @click.option(
     "--termination-log",
-    type=click.Path(path_type=Path),
+    type=click.Path(path_type=Path, readable=False),  # only ever written
     default=DEFAULT_TERMINATION_LOG,
     show_default=True,
     help="Where to leave the failure summary for `kubectl describe pod` (if it exists).",

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpiwait.errors import InputError
-from mpiwait.settings import DISCOVER_EXEC_TIMEOUT
+from mpiwait.settings import DISCOVER_EXEC_TIMEOUT, SELF_LOOKUP_TIMEOUT
 
 __all__ = [
     "MAX_INPUT_BYTES",
@@ -515,6 +515,27 @@ def _normalize_name(name: str) -> str:
     return name
 
 
+def _fqdn_within(timeout: float) -> list[str]:
+    """``[socket.getfqdn()]``, or ``[]`` when it fails or takes longer than ``timeout``.
+
+    The lookup runs in a daemon thread: waiting for it in ``join`` can be interrupted by
+    SIGTERM, waiting inside getaddrinfo for an unanswered DNS query cannot.
+    """
+    import socket
+    import threading
+
+    answer: list[str] = []
+
+    def lookup() -> None:
+        with contextlib.suppress(OSError):
+            answer.append(socket.getfqdn())
+
+    thread = threading.Thread(target=lookup, name="mpiwait-fqdn", daemon=True)
+    thread.start()
+    thread.join(timeout)
+    return answer[:1]
+
+
 @dataclass(frozen=True)
 class SelfNames:
     """The names that mean "this machine", to leave the launcher out of the hosts to wait for."""
@@ -532,10 +553,10 @@ class SelfNames:
 
         env = os.environ if environ is None else environ
         found: list[str] = []
-        for lookup in (socket.gethostname, socket.getfqdn):
-            # A machine whose name does not resolve still has the other names.
-            with contextlib.suppress(OSError):
-                found.append(lookup())
+        # A machine whose name does not resolve still has the other names.
+        with contextlib.suppress(OSError):
+            found.append(socket.gethostname())
+        found += _fqdn_within(SELF_LOOKUP_TIMEOUT)
         found.append(env.get("HOSTNAME", ""))
         return cls(frozenset(found))
 

@@ -67,6 +67,92 @@ def missing_ssh_client(argv: Sequence[str], path: str | None = None) -> bool:
     return os.path.basename(argv[0]) in MPI_LAUNCHERS and shutil.which("ssh", path=path) is None
 
 
+# Where a user points a launcher at another remote agent than ssh: Open MPI (4 and 5), MPICH's
+# hydra, Intel MPI's hydra. Each value is a command line ("ssh -F cfg"; Open MPI also takes
+# alternatives separated by ":").
+AGENT_VARIABLES = (
+    "OMPI_MCA_plm_rsh_agent",
+    "PRTE_MCA_plm_ssh_agent",
+    "HYDRA_LAUNCHER_EXEC",
+    "HYDRA_BOOTSTRAP_EXEC",
+    "I_MPI_HYDRA_BOOTSTRAP_EXEC",
+)
+# The same on the launcher's command line: ``--mca plm_rsh_agent X``, ``-launcher-exec X``.
+_AGENT_MCA = frozenset({"plm_rsh_agent", "plm_ssh_agent", "orte_rsh_agent"})
+_AGENT_FLAGS = frozenset({"-launcher-exec", "--launcher-exec", "-bootstrap-exec"})
+# hydra's launcher choice (``-launcher fork``, HYDRA_LAUNCHER=slurm): anything but ssh/rsh
+# starts the remote processes without an ssh client.
+_LAUNCHER_FLAGS = frozenset({"-launcher", "--launcher", "-bootstrap", "--bootstrap"})
+_LAUNCHER_VARIABLES = ("HYDRA_LAUNCHER", "HYDRA_BOOTSTRAP", "I_MPI_HYDRA_BOOTSTRAP")
+# Inside a batch allocation the launchers start remote processes through the scheduler.
+_SCHEDULER_VARIABLES = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID", "COBALT_JOBID")
+
+
+def _is_ssh_launcher(name: str) -> bool:
+    """Launchers that start workers over ssh by default (Open MPI, hydra, Horovod)."""
+    return name in {"mpirun", "orterun", "prterun", "horovodrun"} or name.startswith("mpiexec")
+
+
+def _configured_agent(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """(agent command line, where it was set) when the user chose another remote agent;
+    ("", where) when they chose a launcher that needs none."""
+    args = list(argv[1:])
+    for k, arg in enumerate(args[:-1]):
+        value = args[k + 1]
+        if arg in ("--mca", "-mca", "--prtemca", "-prtemca") and value in _AGENT_MCA:
+            if k + 2 < len(args):
+                return args[k + 2], f"{arg} {value}"
+        elif arg in _AGENT_FLAGS:
+            return value, arg
+        elif arg in _LAUNCHER_FLAGS and value not in ("ssh", "rsh"):
+            return "", f"{arg} {value}"
+    for name in AGENT_VARIABLES:
+        if environ.get(name, "").strip():
+            return environ[name], name
+    for name in _LAUNCHER_VARIABLES:
+        if environ.get(name, "").strip() not in ("", "ssh", "rsh"):
+            return "", name
+    return None
+
+
+def check_remote_agent(
+    argv: Sequence[str], environ: Mapping[str, str], path: str | None = None
+) -> str | None:
+    """Before waiting: can COMMAND reach the workers once they are ready?
+
+    For an MPI launcher that starts its workers over ssh (mpirun, mpiexec*, horovodrun), no
+    ``ssh`` on PATH, or no program for the agent the user configured instead, is a LaunchError
+    (127): mpirun would fail at once after all the waiting. Returns a warning instead where it
+    cannot be sure (deepspeed, a batch scheduler's allocation), else None.
+    """
+    name = os.path.basename(argv[0])
+    if name not in MPI_LAUNCHERS and not _is_ssh_launcher(name):
+        return None
+    agent = _configured_agent(argv, environ)
+    if agent is not None:
+        command, where = agent
+        programs = [part.split()[0] for part in command.split(":") if part.split()]
+        if not command or any(shutil.which(p, path=path) for p in programs):
+            return None
+        raise LaunchError(
+            f"{name} is set to reach the workers with {command!r} ({where}), "
+            f"which is not found on PATH ({path or os.environ.get('PATH', '')})",
+            ExitCode.NOT_FOUND,
+            hint=f"install it in the launcher image, or fix {where}",
+        )
+    if shutil.which("ssh", path=path) is not None:
+        return None
+    if not _is_ssh_launcher(name) or any(environ.get(v) for v in _SCHEDULER_VARIABLES):
+        return f"no ssh client on PATH; {name} may need one to reach the workers"
+    raise LaunchError(
+        f"{name} needs an ssh client to start processes on the workers, and there is no ssh "
+        f"on PATH ({path or os.environ.get('PATH', '')})",
+        ExitCode.NOT_FOUND,
+        hint="install openssh-client in the launcher image, or point the launcher at another "
+        "agent (OMPI_MCA_plm_rsh_agent, HYDRA_LAUNCHER_EXEC, I_MPI_HYDRA_BOOTSTRAP_EXEC)",
+    )
+
+
 def exec_command(argv: Sequence[str]) -> None:
     """Replace this process with COMMAND; returns only by raising LaunchError."""
     try:

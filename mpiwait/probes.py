@@ -2,8 +2,9 @@
 
 An attempt returns an Outcome value (ready / not yet, and why / never, and why); it never
 decides about retries or other hosts. The stages run in order in a single attempt and stop at
-the first that does not pass, so an unready host costs a name lookup or a refused connect, and
-a host is logged into once, when its port first answers. paramiko stays inside this module
+the first that does not pass, so an unready host costs a name lookup or a refused connect (an
+address whose port refused is reused for a few seconds rather than looked up again), and a host
+is logged into once, when its port first answers. paramiko stays inside this module
 (and keys.py) and is imported on first use.
 """
 
@@ -13,12 +14,13 @@ import errno
 import logging
 import socket
 import threading
+import time
 from dataclasses import dataclass
 
 from mpiwait.errors import PermanentError
 from mpiwait.events import Outcome, Stage, Status
 from mpiwait.keys import HostKeyPolicy, IdentityCache
-from mpiwait.settings import DEFAULT_CONNECT_TIMEOUT, Check
+from mpiwait.settings import DEFAULT_CONNECT_TIMEOUT, REFUSED_ADDRESS_REUSE, Check
 from mpiwait.sshconfig import SSHResolver, SSHTarget
 
 READY = Outcome(Status.READY, Stage.READY, "ready")
@@ -58,6 +60,8 @@ class Prober:
         self._identities = identities or IdentityCache()
         self._host_keys = host_keys or HostKeyPolicy()
         self._targets: dict[str, SSHTarget] = {}
+        # host -> (when looked up, getaddrinfo's answer), kept while its SSH port refuses
+        self._refused: dict[str, tuple[float, list]] = {}
         self._lock = threading.Lock()
 
     def target(self, host: str) -> SSHTarget:
@@ -85,17 +89,27 @@ class Prober:
     def attempt(self, host: str) -> Outcome:
         target = self.target(host)
         timeout = self.timeout_for(target)
-        try:
-            infos = socket.getaddrinfo(target.address, target.port, type=socket.SOCK_STREAM)
-        except socket.gaierror as exc:
-            return _retry(Stage.DNS, "unresolved", f"{target.address}: {exc.strerror or exc}")
-        except UnicodeError:
-            return _retry(Stage.DNS, "unresolved", f"{target.address}: not a valid name")
+        with self._lock:
+            kept = self._refused.pop(host, None)
+        if kept is not None and time.monotonic() - kept[0] < REFUSED_ADDRESS_REUSE:
+            looked_up, infos = kept
+        else:
+            looked_up = time.monotonic()
+            try:
+                infos = socket.getaddrinfo(target.address, target.port, type=socket.SOCK_STREAM)
+            except socket.gaierror as exc:
+                return _retry(Stage.DNS, "unresolved", f"{target.address}: {exc.strerror or exc}")
+            except UnicodeError:
+                return _retry(Stage.DNS, "unresolved", f"{target.address}: not a valid name")
         if self._config.check is Check.DNS:
             return READY
         sock, failure = _connect(infos, timeout)
         if sock is None:
             assert failure is not None
+            if failure.reason == "refused":
+                # The address answered: the pod is there, its sshd is not listening yet.
+                with self._lock:
+                    self._refused[host] = (looked_up, infos)
             return failure
         try:
             if self._config.check is Check.TCP:
@@ -131,10 +145,11 @@ class Prober:
             try:
                 transport.start_client(timeout=timeout)
             except paramiko.SSHException as exc:
-                if "banner" in str(exc).lower() and isinstance(exc.__context__, EOFError):
-                    # paramiko says "Error reading SSH protocol banner" for a close as for a
-                    # timeout; only its cause tells them apart. sshd closes at once when it is
-                    # past MaxStartups (after a line "Exceeded MaxStartups").
+                closed = isinstance(exc.__context__, (EOFError, ConnectionError))
+                if "banner" in str(exc).lower() and closed:
+                    # paramiko says "Error reading SSH protocol banner" for a close (or a reset)
+                    # as for a timeout; only its cause tells them apart. sshd closes at once
+                    # when it is past MaxStartups (after a line "Exceeded MaxStartups").
                     return _retry(
                         Stage.SSH,
                         "closed",

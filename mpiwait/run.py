@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
-from collections.abc import Mapping
+import stat
+import sys
+from collections.abc import Callable, Mapping
+from pathlib import Path
 
-from mpiwait.errors import ExitCode, InputError
+from mpiwait.errors import ExitCode, InputError, MpiwaitError
 from mpiwait.events import End, WaitStarted
 from mpiwait.hosts import HostSources, SelfNames, Snapshot
-from mpiwait.launch import exec_command, find_command, missing_ssh_client, worker_role
+from mpiwait.launch import check_remote_agent, exec_command, find_command, worker_role
 from mpiwait.report import Reporter, summary_lines, write_termination_log
 from mpiwait.settings import (
     DISCOVER_EXEC_TIMEOUT,
@@ -29,6 +33,18 @@ _END_STATUS = {
 
 def run(settings: Settings, environ: Mapping[str, str]) -> int:
     """Wait, then exec COMMAND (never returns in that case) or return the exit status."""
+    try:
+        return _run(settings, environ)
+    except MpiwaitError as exc:
+        # Failures found before or after the wait (an unusable key file, a COMMAND that is not
+        # there, a malformed hostfile) end the container just as a deadline does: Kubernetes
+        # shows the reason in `kubectl describe pod` only if it is in the termination log.
+        lines = [f"error: {exc.message}"] + ([f"hint: {exc.hint}"] if exc.hint else [])
+        write_termination_log(settings.termination_log, lines)
+        raise
+
+
+def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     reporter = Reporter(settings.log_format, settings.quiet)
     role = worker_role(environ)
     if role is not None:
@@ -39,11 +55,9 @@ def run(settings: Settings, environ: Mapping[str, str]) -> int:
         exec_command(settings.command)
     if settings.command and not settings.dry_run:
         find_command(settings.command)  # 127/126 now, not after minutes of waiting
-        if missing_ssh_client(settings.command):
-            reporter.info(
-                f"warning: no ssh client on PATH; {os.path.basename(settings.command[0])} "
-                "will need one to reach the workers"
-            )
+        warning = check_remote_agent(settings.command, environ)  # mpirun without ssh: 127
+        if warning:
+            reporter.info(f"warning: {warning}")
 
     sources = _sources(settings, environ)
     first = sources.read()
@@ -55,6 +69,9 @@ def run(settings: Settings, environ: Mapping[str, str]) -> int:
             "or pass --hostfile / --hosts",
         )
 
+    # paramiko imports invoke only to run `Match exec`, which sshconfig.py runs itself; left
+    # out, paramiko's import takes ~55 ms instead of ~100 ms here (benchmarks/, scenario 3).
+    sys.modules.setdefault("invoke", None)  # None: `import invoke` raises ImportError
     from mpiwait.probes import ProbeConfig, Prober
     from mpiwait.sshconfig import SSHResolver
 
@@ -89,6 +106,10 @@ def run(settings: Settings, environ: Mapping[str, str]) -> int:
             notes=tuple(notes),
         )
     )
+    # Everything loaded so far (modules, config, keys) lives until exec: freezing it keeps the
+    # cyclic collector from scanning it again and again while thousands of logins allocate
+    # (the collector was ~7% of the CPU of a login here).
+    gc.freeze()
     result = _wait(settings, sources, names, prober, reporter)
     reporter(result)
     if result.end is End.READY:
@@ -122,13 +143,9 @@ def _names(snapshot: Snapshot) -> tuple[str, ...]:
 def _wait(settings, sources: HostSources, names, prober, reporter):
     from mpiwait.waiter import ThreadRunner, WaitPolicy, wait_for_hosts
 
-    def read_hosts() -> tuple[tuple[str, ...], tuple[str, ...]]:
-        snapshot = sources.read()
-        return _names(snapshot), snapshot.sources
-
     return wait_for_hosts(
         first=names,
-        read_hosts=read_hosts,
+        read_hosts=_reread_when_changed(settings, sources),
         runner=ThreadRunner(prober.attempt, settings.parallel),
         policy=WaitPolicy(
             timeout=settings.timeout,
@@ -142,6 +159,51 @@ def _wait(settings, sources: HostSources, names, prober, reporter):
         ),
         emit=reporter,
     )
+
+
+def _reread_when_changed(
+    settings: Settings, sources: HostSources
+) -> Callable[[], tuple[tuple[str, ...], tuple[str, ...]]]:
+    """The waiting loop's once-a-second ``sources.read()``, skipped while the files it parses
+    hold the same bytes as last time (the result depends on nothing else). Parsing a hostfile
+    and a discover_hosts.sh of 1000 hosts takes ~25 ms: every second, that was ~8% of the
+    client CPU of a 1000-host wait. A --discover-exec script is run every time."""
+    paths: tuple[Path, ...] = ()
+    if settings.hosts_option is None:
+        paths = tuple(p for p in (settings.hostfile, settings.discover_hosts) if p is not None)
+    last: list = [None, None]  # the files' bytes, and what they gave
+
+    def read_hosts() -> tuple[tuple[str, ...], tuple[str, ...]]:
+        key = None if settings.discover_exec else _file_bytes(paths)
+        if key is None or key != last[0]:
+            snapshot = sources.read()
+            last[:] = [key, (_names(snapshot), snapshot.sources)]
+        return last[1]
+
+    return read_hosts
+
+
+def _file_bytes(paths: tuple[Path, ...]) -> tuple[bytes | None, ...] | None:
+    """The bytes of each regular file (None: absent); None when one cannot be compared."""
+    out: list[bytes | None] = []
+    for path in paths:
+        try:
+            # O_NONBLOCK: a FIFO must not block us; it is not a regular file, so not compared
+            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            out.append(None)
+            continue
+        except OSError:
+            return None
+        with os.fdopen(fd, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_size > _COMPARE_LIMIT:
+                return None
+            out.append(f.read(_COMPARE_LIMIT + 1))
+    return tuple(out)
+
+
+_COMPARE_LIMIT = 4 << 20  # larger files are simply parsed again
 
 
 def _print_plan(names: tuple[str, ...], prober, snapshot: Snapshot) -> None:

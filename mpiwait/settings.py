@@ -39,19 +39,36 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 
 # Full-jitter exponential backoff per host. The first retries come quickly because most workers
 # become ready within seconds of the launcher; the cap bounds how long a ready host can go
-# unnoticed (the launch gap). Unready checks are cheap (a name lookup or a refused connect), so
-# a short cap costs the cluster little; the probe-rate budget below bounds the total anyway.
+# unnoticed, which is most of the launch gap: with full jitter the time from "sshd accepts" to
+# the next attempt has median 0.29 x cap and p95 0.78 x cap, and the login and exec add ~40 ms.
+# A cap of 2 s gave gaps of 0.6-1.6 s; 0.5 s gives a median of ~0.2 s and a p95 of ~0.45 s
+# (benchmarks/, scenario 1). Unready checks are cheap (a name lookup, or a refused connect to an
+# address already known), ~4 a second per host; the probe-rate budget below bounds the total.
 DEFAULT_RETRY_INITIAL = 0.1
-DEFAULT_RETRY_MAX = 2.0
+DEFAULT_RETRY_MAX = 0.5
 
-# Probes in flight at once. SSH logins are I/O bound on the client (~3 ms CPU each); 64 keeps a
-# 1000-worker job's verification near the rate a single sshd-sharing node sustains without
-# turning into a thundering herd.
-DEFAULT_PARALLEL = 64
+# A name whose address refused the SSH port is looked up again at most this often; the attempts
+# in between connect to the address already known. A refused connect proves the address is
+# there (the pod runs, its sshd does not listen yet, the common case when Ready comes before
+# sshd); re-resolving it on every attempt only loaded the cluster's DNS: 50 such hosts for 30 s
+# cost it ~120 lookups each, now ~7 (benchmarks/, scenario 4). 5 s is the TTL CoreDNS gives
+# cluster records, so a caching resolver would not have looked again sooner either. A timeout
+# or an unreachable address is looked up again on the next attempt (the pod may have moved).
+REFUSED_ADDRESS_REUSE = 5.0
 
-# Attempts started per second across all hosts (0: no limit). Every attempt that is not yet
-# past DNS is a lookup against the cluster's DNS (often several queries through the search
-# list); this keeps a 1000-worker job from flooding it while it waits.
+# Probes in flight at once (and the burst the probe-rate budget allows at the start). The budget
+# below needs rate x latency in flight: 200/s x a login of 20-100 ms is 4-20; 32 leaves room
+# for slow hosts (a black-holed one holds its slot for the connect timeout). More only makes
+# threads contend for the GIL: 64 cost ~2.8 ms of client CPU per host at 1000 hosts, 32 ~2.5 ms,
+# in the same wall time (a login here is ~3 ms of paramiko CPU; benchmarks/, scenario 2).
+DEFAULT_PARALLEL = 32
+
+# Attempts started per second across all hosts (0: no limit). An attempt at a name that does not
+# resolve yet is a lookup against the cluster's DNS: through a pod's search list (ndots:5) up to
+# 4 names x A and AAAA, so 200 lookups/s is at most ~1600 queries/s, a few percent of what one
+# CoreDNS replica serves, whatever the job's size: a 1000-worker job waits with each host
+# probed every ~5 s instead of 4 times a second. Ready hosts are not slowed by it here (one
+# sshd sharing the 2 cores manages ~110 logins/s); on a real cluster 1000 ready hosts take 5 s.
 DEFAULT_PROBE_RATE = 200.0
 
 # discover_hosts.sh is rewritten by the operator as workers start running, and reaches the pod
@@ -69,6 +86,12 @@ PERMANENT_FAILURES_BEFORE_EXIT = 3
 
 # --discover-exec runs a user's script every round; a hung script must not stall the wait.
 DISCOVER_EXEC_TIMEOUT = 10.0
+
+# This machine's FQDN (to leave the launcher out of the hosts) comes from a name lookup, which
+# asks DNS when the name is not in /etc/hosts; a slow resolver must not hold up the start, nor
+# a SIGTERM (Python runs signal handlers between bytecodes, never inside getaddrinfo). In a pod
+# the name is in /etc/hosts and the lookup takes microseconds.
+SELF_LOOKUP_TIMEOUT = 2.0
 
 # Kubernetes shows this file's content in `kubectl describe pod` when the container fails.
 DEFAULT_TERMINATION_LOG = Path("/dev/termination-log")

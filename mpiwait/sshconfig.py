@@ -99,7 +99,7 @@ class SSHTarget:
     port: int
     user: str
     identity_files: tuple[str, ...]  # expanded paths, in the order ssh tries them
-    identities_default: bool  # True when they are OpenSSH's defaults (skip missing ones)
+    identities_default: bool  # True unless named by -i: missing ones are skipped, as by ssh
     strict_host_key_checking: str  # "yes" | "no" | "accept-new" | "unset"
     known_hosts_files: tuple[str, ...]  # user files then global files; /dev/null, none dropped
     connect_timeout: float | None  # from ConnectTimeout, None if not set (or 0/none)
@@ -206,7 +206,9 @@ class SSHResolver:
             identities_default = False
         elif options.get("identityfile"):
             raw_identities = options["identityfile"]
-            identities_default = False
+            # ssh passes over a config IdentityFile that does not exist, as over its defaults;
+            # only a key named on our command line must exist.
+            identities_default = True
         else:
             raw_identities = self._default_identities
             identities_default = True

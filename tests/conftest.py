@@ -59,3 +59,63 @@ def bed(tmp_path: Path, _stale_beds_cleaned: None):
     yield make
     for b in reversed(made):
         b.down()
+
+
+@pytest.fixture
+def as_user(tmp_path: Path):
+    """Factory: ``wrap, drop = as_user("mpiuser")``; ``[*wrap, *drop, sys.executable, ...]``
+    runs this interpreter as that user (as root only), with the checkout importable when
+    PYTHONPATH names it. ``drop`` is setpriv to the user plus HOME/USER/LOGNAME. ``wrap`` is
+    empty, or, where a directory on the way to the interpreter, its packages or the checkout
+    is closed to others (pyenv under a 0700 /root, a clone in /root), a private mount namespace
+    in which that directory is replaced by a traversable one holding bind mounts of just the
+    entries needed; commands after ``wrap`` still run as root (e.g. a bed's launcher_cmd with
+    ``as_user``). Skips the test when the user still cannot import mpiwait."""
+    import os
+    import pwd
+    import shlex
+    import subprocess
+
+    repo = Path(__file__).resolve().parent.parent
+
+    def make(user: str) -> tuple[list[str], list[str]]:
+        pw = pwd.getpwnam(user)
+        needed = {os.path.realpath(sys.executable), sys.prefix, sys.base_prefix, str(repo)}
+        needed |= {p for p in sys.path if os.path.isabs(p) and os.path.exists(p)}
+        blocked: dict[str, set[str]] = {}
+        for path in needed:
+            parts = Path(os.path.realpath(path)).parts
+            for depth in range(1, len(parts)):
+                parent = Path(*parts[:depth])
+                st = parent.stat()
+                if not st.st_mode & (0o100 if st.st_uid == pw.pw_uid else 0o001):
+                    blocked.setdefault(str(parent), set()).add(parts[depth])
+                    break
+        script = []
+        for k, (parent, children) in enumerate(sorted(blocked.items())):
+            stage = tmp_path / f"as-user-{user}-{k}"
+            stage.mkdir(parents=True)
+            stage.chmod(0o755)
+            for child in sorted(children):
+                src, dst = Path(parent) / child, stage / child
+                dst.mkdir() if src.is_dir() else dst.touch()
+                script.append(f"mount --bind {shlex.quote(str(src))} {shlex.quote(str(dst))}")
+            script.append(f"mount --rbind {shlex.quote(str(stage))} {shlex.quote(parent)}")
+        wrap = []
+        if script:
+            wrap = ["unshare", "-m", "--propagation", "private", "sh", "-c"]
+            wrap += [" && ".join([*script, 'exec "$@"']), "as-user"]
+        drop = [
+            "setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}", "--init-groups",
+            "env", f"HOME={pw.pw_dir}", f"USER={user}", f"LOGNAME={user}",
+        ]  # fmt: skip
+        env = {**os.environ, "PYTHONPATH": str(repo)}
+        check = subprocess.run(
+            [*wrap, *drop, sys.executable, "-c", "import mpiwait, paramiko, click, tenacity"],
+            env=env, capture_output=True, text=True, timeout=60, cwd="/",
+        )  # fmt: skip
+        if check.returncode != 0:
+            pytest.skip(f"{user} cannot run {sys.executable} with mpiwait: {check.stderr[-300:]}")
+        return wrap, drop
+
+    return make
