@@ -1,0 +1,350 @@
+"""benchmarks/run: every scenario of the performance issue, every method, one table.
+
+Scenarios (names for --scenarios):
+  gap      1. launch gap: 8 workers whose sshd start over 10 s, every method
+  gap64       the same with 64 workers, mpiwait only (the target covers jobs up to 64)
+  scale    2. N = 10, 100, 300, 1000 ready hosts: wall, client CPU per host, peak RSS
+  startup  3. start-up overhead with 4 ready hosts; --version, --help, the worker role
+  load     4. 50 hosts down for 30 s then up: lookups, connects, logins, peak probes/s
+
+Writes benchmarks/results/<date-time>/ (results.json, results.md, table.txt, and with --chart
+launch-gap.png); --publish also copies the Markdown (and chart) to benchmarks/RESULTS.md.
+Needs root, iproute2, openssh-server/client, Open MPI (gap, load), iptables and strace (load).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from benchmarks import report
+from benchmarks.common import PY, REPO, have_strace, log, testbed, uptime_load
+from benchmarks.context import Context
+from benchmarks.peers import ALL as ALL_METHODS
+
+SCENARIOS = ("gap", "gap64", "scale", "startup", "load")
+QUICK_GAP_METHODS = ("mpiwait", "dns-entrypoint", "parallel-openssh")  # no 10-s sleeps
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="benchmarks/run",
+        description=__doc__.split("\n\n", 1)[0],
+        epilog=__doc__.split("\n\n", 1)[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="a short smoke run: 1 repetition, N = 10 and 50, 16 workers instead "
+        "of 64, the launch gap without the peers that sleep 10 s, load for "
+        "mpiwait only (about 2 minutes)",
+    )
+    ap.add_argument("--reps", type=int, help="repetitions per figure (default 5; --quick: 1)")
+    ap.add_argument(
+        "--scenarios",
+        type=_csv,
+        default=list(SCENARIOS),
+        help=f"comma-separated, from {','.join(SCENARIOS)} (default: all)",
+    )
+    ap.add_argument(
+        "--methods",
+        type=_csv,
+        default=None,
+        help=f"comma-separated, from {','.join(ALL_METHODS)} (default: all)",
+    )
+    ap.add_argument(
+        "--sizes",
+        type=lambda s: [int(x) for x in _csv(s)],
+        default=None,
+        help="host counts for scale (default 10,100,300,1000; --quick: 10,50)",
+    )
+    ap.add_argument(
+        "--slow-peer-max-n",
+        type=int,
+        default=100,
+        help="largest N at which scale runs sleep-loop, which logs in to one host "
+        "after another (default 100; 300 adds ~5 minutes)",
+    )
+    ap.add_argument("--gap-workers", type=int, default=8, help="workers in gap (default 8)")
+    ap.add_argument(
+        "--gap-large", type=int, default=None, help="workers in gap64 (default 64; --quick: 16)"
+    )
+    ap.add_argument(
+        "--spread",
+        type=float,
+        default=10.0,
+        help="seconds over which the workers of gap start (default 10)",
+    )
+    ap.add_argument("--load-hosts", type=int, default=50, help="hosts in load (default 50)")
+    ap.add_argument(
+        "--down", type=float, default=30.0, help="seconds the hosts of load stay down (default 30)"
+    )
+    ap.add_argument(
+        "--sequential",
+        action="store_true",
+        help="gap and load: run every method alone (default: the peers side by "
+        "side, mpiwait alone; slower by ~5 minutes)",
+    )
+    ap.add_argument(
+        "--chart", action="store_true", help="also draw launch-gap.png (needs matplotlib)"
+    )
+    ap.add_argument(
+        "--out", type=Path, help="results directory (default benchmarks/results/<date-time>)"
+    )
+    ap.add_argument(
+        "--publish",
+        action="store_true",
+        help="copy the Markdown report (and chart) to benchmarks/RESULTS.md",
+    )
+    ap.add_argument("--seed", type=int, default=1, help="seed of the start schedules")
+    ap.add_argument(
+        "--mpiwait-args",
+        type=shlex.split,
+        default=[],
+        metavar="ARGS",
+        help='extra mpiwait options for every wait, e.g. "--retry-max 2 --parallel 64" '
+        "(to measure other settings than the defaults)",
+    )
+    ap.add_argument(
+        "--mpiwait-path",
+        type=Path,
+        help="directory holding another mpiwait package (e.g. a git worktree of an older "
+        "commit) to measure instead of this checkout's",
+    )
+    args = ap.parse_args(argv)
+    bad = [s for s in args.scenarios if s not in SCENARIOS]
+    if bad:
+        ap.error(f"unknown scenario(s): {', '.join(bad)}")
+    if args.methods is not None:
+        bad = [m for m in args.methods if m not in ALL_METHODS]
+        if bad:
+            ap.error(f"unknown method(s): {', '.join(bad)}")
+    if args.reps is None:
+        args.reps = 1 if args.quick else 5
+    if args.reps < 1:
+        ap.error("--reps must be at least 1")
+    if args.sizes is None:
+        args.sizes = [10, 50] if args.quick else [10, 100, 300, 1000]
+    if args.gap_large is None:
+        args.gap_large = 16 if args.quick else 64
+    return args
+
+
+def _version(argv: list[str], pattern: str) -> str:
+    try:
+        cp = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    m = re.search(pattern, cp.stdout + cp.stderr)
+    return m.group(1) if m else "?"
+
+
+def _machine() -> str:
+    cpu = "?"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        kb = int(re.search(r"MemTotal:\s+(\d+)", Path("/proc/meminfo").read_text()).group(1))
+        mem = f"{kb / 1024 / 1024:.0f} GiB"
+    except (OSError, AttributeError):
+        pass
+    openssh = _version(["ssh", "-V"], r"OpenSSH_([^ ,]+)")
+    openmpi = _version(["mpirun", "--version"], r"Open MPI\) (\S+)")
+    return (
+        f"{os.cpu_count()} cores ({cpu}), {mem}, {platform.system()} {platform.release()}, "
+        f"Python {platform.python_version()}, OpenSSH {openssh}, Open MPI {openmpi}"
+    )
+
+
+def _git(where: Path) -> str:
+    def git(*args: str) -> str:
+        cp = subprocess.run(
+            ["git", "-C", str(where), *args], capture_output=True, text=True, timeout=10
+        )
+        return cp.stdout.strip() if cp.returncode == 0 else ""
+
+    try:
+        head = git("rev-parse", "--short", "HEAD")
+        dirty = git("status", "--porcelain", "--", "mpiwait")
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+    if not head:
+        return "?"
+    return f"{head}{' + uncommitted changes to mpiwait/' if dirty else ''}"
+
+
+def _settings(ctx: Context) -> dict:
+    """The defaults of the mpiwait being measured (read by the interpreter that runs it)."""
+    code = (
+        "import json, mpiwait, mpiwait.settings as s; print(json.dumps({n: getattr(s, n) for n "
+        "in ('DEFAULT_RETRY_INITIAL', 'DEFAULT_RETRY_MAX', 'DEFAULT_PARALLEL', "
+        "'DEFAULT_PROBE_RATE', 'DEFAULT_CONNECT_TIMEOUT', 'REFUSED_ADDRESS_REUSE') "
+        "if hasattr(s, n)} | {'version': mpiwait.__version__, 'path': mpiwait.__file__}))"
+    )
+    cp = subprocess.run(
+        [PY, "-c", code], env=ctx.env(), capture_output=True, text=True, timeout=60, check=True
+    )
+    return json.loads(cp.stdout)
+
+
+def _preflight(args: argparse.Namespace) -> str | None:
+    problem = testbed.missing_requirements()
+    if problem:
+        return f"the test bed cannot run here: {problem}"
+    if {"gap", "gap64", "load"} & set(args.scenarios) and shutil.which("mpirun") is None:
+        return "Open MPI's mpirun is needed for gap and load (apt-get install openmpi-bin)"
+    if "load" in args.scenarios and shutil.which("iptables") is None:
+        return "iptables is needed for load (apt-get install iptables)"
+    return None
+
+
+def _warm(ctx: Context) -> None:
+    """Fill the bytecode cache and the page cache before anything is timed."""
+    mods = "mpiwait.cli, mpiwait.run, mpiwait.probes, mpiwait.waiter, mpiwait.sshconfig"
+    for argv in (
+        [PY, "-c", f"import {mods}, paramiko, tenacity, click"],
+        [PY, "-m", "mpiwait", "--version"],
+    ):
+        subprocess.run(argv, env=ctx.env(), capture_output=True, timeout=120, check=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    problem = _preflight(args)
+    if problem:
+        sys.stderr.write(f"benchmarks: {problem}\n")
+        return 2
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = REPO / "benchmarks" / "results"
+    out = (args.out or base / stamp).resolve()
+    if args.mpiwait_path is not None and not (args.mpiwait_path / "mpiwait").is_dir():
+        sys.stderr.write(f"benchmarks: no mpiwait package in {args.mpiwait_path}\n")
+        return 2
+    ctx = Context(
+        results=out,
+        cache=base / "pycache",
+        reps=args.reps,
+        quick=args.quick,
+        seed=args.seed,
+        mpiwait_path=args.mpiwait_path.resolve() if args.mpiwait_path else None,
+        mpiwait_args=args.mpiwait_args,
+    )
+    # Children start here, not in the checkout: `python -m mpiwait` puts its working directory
+    # first on sys.path, which would shadow --mpiwait-path.
+    os.chdir(ctx.workdir)
+    methods = args.methods or list(ALL_METHODS)
+    removed = testbed.cleanup_stale()
+    if removed:
+        log(f"removed leftovers of crashed beds: {', '.join(removed)}")
+    _warm(ctx)
+    load_before = uptime_load()
+    settings = _settings(ctx)
+    log(f"results in {out}; load average {load_before}; mpiwait defaults {settings}")
+    t_start = time.time()
+    results: list[dict] = []
+
+    def save() -> None:
+        (out / "results.json").write_text(json.dumps({"scenarios": results}, indent=1))
+
+    from benchmarks import s1_launch_gap, s2_scale, s3_startup, s4_load
+
+    if "gap" in args.scenarios:
+        s1_launch_gap.SPREAD = args.spread
+        gm = [
+            m
+            for m in methods
+            if not args.quick or m in QUICK_GAP_METHODS or args.methods is not None
+        ]
+        results.append(
+            s1_launch_gap.run(ctx, workers=args.gap_workers, methods=gm, sequential=args.sequential)
+        )
+        save()
+    if "gap64" in args.scenarios and "mpiwait" in methods:
+        s1_launch_gap.SPREAD = args.spread
+        results.append(s1_launch_gap.run(ctx, workers=args.gap_large, methods=["mpiwait"]))
+        save()
+    if "scale" in args.scenarios:
+        s2_scale.SLOW_PEER_UP_TO = args.slow_peer_max_n
+        results.append(s2_scale.run(ctx, sizes=args.sizes, methods=methods))
+        save()
+    if "startup" in args.scenarios and "mpiwait" in methods:
+        results.append(s3_startup.run(ctx))
+        save()
+    if "load" in args.scenarios:
+        s4_load.HOSTS, s4_load.DOWN = args.load_hosts, args.down
+        lm = ["mpiwait"] if args.quick and args.methods is None else methods
+        if not have_strace():
+            log("warning: strace not found: lookups and peak probes/s are not counted")
+        results.append(s4_load.run(ctx, methods=lm, sequential=args.sequential))
+        save()
+
+    meta = {
+        "date": time.strftime("%Y-%m-%d %H:%M %Z"),
+        "machine": _machine(),
+        "load_before": load_before,
+        "load_after": uptime_load(),
+        "duration_s": time.time() - t_start,
+        "command": "benchmarks/run " + shlex.join(argv if argv is not None else sys.argv[1:]),
+        "git": _git(args.mpiwait_path or REPO),
+        "mpiwait_version": settings.pop("version"),
+        "mpiwait_path": settings.pop("path"),
+        "mpiwait_args": args.mpiwait_args,
+        "settings": settings,
+        "reps": args.reps,
+    }
+    tg = report.targets(results, settings)
+    chart = report.chart(results, out / "launch-gap.png") if args.chart else None
+    if args.chart and chart is None:
+        log("no chart: matplotlib is not installed (pip install matplotlib)")
+    md = report.markdown(meta, results, tg, chart)
+    (out / "results.md").write_text(md)
+    table = report.text(results, tg)
+    (out / "table.txt").write_text(table + "\n")
+    (out / "results.json").write_text(
+        json.dumps({"meta": meta, "targets": tg, "scenarios": results}, indent=1)
+    )
+    latest = base / "latest"
+    if out.parent == base:
+        if latest.is_symlink() or latest.exists():
+            latest.unlink()
+        latest.symlink_to(out.name)
+    if args.publish:
+        (REPO / "benchmarks" / "RESULTS.md").write_text(md)
+        if chart is not None:
+            shutil.copyfile(chart, REPO / "benchmarks" / chart.name)
+    print(table)
+    print(
+        f"\nwritten: {out}/results.json, results.md, table.txt"
+        + (", launch-gap.png" if chart else "")
+    )
+    log(f"done in {(time.time() - t_start) / 60:.1f} min; load average {meta['load_after']}")
+    leftovers = [
+        n
+        for n in testbed._list_ns()
+        if n.startswith(testbed.PREFIX)
+        and testbed._bed_of(n)
+        and testbed._bed_of(n).startswith(f"{testbed.PREFIX}{testbed._b36(os.getpid())}-")
+    ]
+    if leftovers:
+        log(f"warning: namespaces left behind: {', '.join(leftovers)}")
+    return 0

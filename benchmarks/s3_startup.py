@@ -1,0 +1,100 @@
+"""Scenario 3, start-up overhead: 4 worker hosts ready (TestBed namespaces with sshd).
+
+Every command runs the same way, in the bed's launcher context (files-only names, the bed's
+ssh_config as /etc/ssh/ssh_config), from the same interpreter, and is timed from spawn to exit:
+
+- ``python -c pass``: the floor of any Python tool on this machine;
+- ``mpiwait --hosts w1,w2,w3,w4 -- true``: the whole wait for 4 ready hosts, then exec;
+- ``ssh w1 true``: one OpenSSH login with a command, for scale;
+- ``mpiwait --version``, ``mpiwait --help`` and the worker role (``K_MPI_JOB_ROLE=worker
+  mpiwait -- true``): paths that must not import paramiko. A separate ``-X importtime`` run of
+  each tells whether it did.
+
+These are short, so each is run 4x as often as ``--reps`` asks (interleaved).
+"""
+
+from __future__ import annotations
+
+from benchmarks.common import PY, Stat, run_measured, testbed
+from benchmarks.context import Context
+
+HOSTS = 4
+FACTOR = 4  # repetitions per --reps
+
+
+def _commands(
+    bed: testbed.TestBed, mpiwait_args: list[str]
+) -> dict[str, tuple[list[str], dict[str, str]]]:
+    mw = [PY, "-m", "mpiwait"]
+    hosts = ",".join(bed.names)
+    return {
+        "python -c pass": ([PY, "-c", "pass"], {}),
+        "mpiwait --hosts (4 ready) -- true": (
+            [*mw, "--hosts", hosts, *mpiwait_args, "--", "true"],
+            {},
+        ),
+        "ssh w1 true": (["ssh", bed.names[0], "true"], {}),
+        "mpiwait --version": ([*mw, "--version"], {}),
+        "mpiwait --help": ([*mw, "--help"], {}),
+        "mpiwait (worker role) -- true": ([*mw, "--", "true"], {"K_MPI_JOB_ROLE": "worker"}),
+    }
+
+
+def _imports_paramiko(ctx: Context, bed: testbed.TestBed, argv: list[str], extra) -> bool:
+    r = bed.run([argv[0], "-X", "importtime", *argv[1:]], env=ctx.env(extra), timeout=60)
+    return any(" paramiko" in line for line in r.stderr.splitlines())
+
+
+def run(ctx: Context) -> dict:
+    reps = ctx.reps * FACTOR
+    ctx.log(f"start-up: {HOSTS} ready hosts, {reps} runs of each command")
+    runs: list[dict] = []
+    with testbed.TestBed(HOSTS, workdir=ctx.workdir / "startbed") as bed:
+        cmds = _commands(bed, ctx.mpiwait_args)
+        # warm-up: bytecode cache, page cache, sshd's first fork
+        for argv, extra in cmds.values():
+            bed.run(argv, env=ctx.env(extra), timeout=60)
+        for rep in range(reps):
+            for label, (argv, extra) in cmds.items():
+                r = run_measured(bed.launcher_cmd(argv), env=bed._env(ctx.env(extra)), timeout=60)
+                if r.rc != 0:
+                    ctx.log(f"  {label} failed (rc {r.rc}): {r.stderr.strip()[-300:]}")
+                runs.append(
+                    {
+                        "command": label,
+                        "rep": rep,
+                        "wall_s": r.wall,
+                        "cpu_s": r.cpu,
+                        "rc": r.rc,
+                        "maxrss_mb": r.maxrss_kb / 1024,
+                    }
+                )
+        paramiko = {
+            label: _imports_paramiko(ctx, bed, argv, extra)
+            for label, (argv, extra) in cmds.items()
+            if label.startswith("mpiwait")
+        }
+    base = Stat.of(r["wall_s"] for r in runs if r["command"] == "python -c pass")
+    rows = []
+    for label in cmds:
+        mine = [r for r in runs if r["command"] == label and r["rc"] == 0]
+        wall = Stat.of(r["wall_s"] for r in mine)
+        rows.append(
+            {
+                "command": label,
+                "wall_s": wall.as_dict() if wall else None,
+                "above_python_s": (wall.median - base.median) if wall and base else None,
+                "cpu_s": _stat(r["cpu_s"] for r in mine),
+                "maxrss_mb": _stat(r["maxrss_mb"] for r in mine),
+                "imports_paramiko": paramiko.get(label),
+                "failed": sum(1 for r in runs if r["command"] == label and r["rc"] != 0),
+                "reps": len([r for r in runs if r["command"] == label]),
+            }
+        )
+        ctx.log(f"  {label}: {wall.median * 1000:.0f} ms" if wall else f"  {label}: failed")
+    return {"scenario": "startup", "hosts": HOSTS, "reps": reps, "rows": rows, "runs": runs}
+
+
+def _stat(values) -> dict | None:
+    s = Stat.of(list(values))
+    return s.as_dict() if s else None

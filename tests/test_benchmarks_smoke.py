@@ -1,0 +1,80 @@
+"""The benchmark harness (benchmarks/) runs end to end in its quickest form.
+
+Only that it works: every scenario, mpiwait and a peer, against real sshd hosts of the test bed,
+writing its JSON, Markdown and text table, leaving no namespace behind. No figure is asserted:
+timings on a shared machine belong to benchmarks/RESULTS.md, not to a test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import testbed
+
+pytestmark = pytest.mark.root
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _harness(args: list[str], out: Path, timeout: float) -> dict:
+    cp = subprocess.run(
+        [sys.executable, "-m", "benchmarks", *args, "--out", str(out)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    assert "Targets" in cp.stdout
+    for name in ("results.json", "results.md", "table.txt"):
+        assert (out / name).is_file(), name
+    return json.loads((out / "results.json").read_text())
+
+
+def _own_leftovers() -> list[str]:
+    # beds of processes that are gone: the harness's, since it has exited
+    return [
+        n
+        for n in testbed._list_ns()
+        if re.match(rf"^{testbed.PREFIX}[0-9a-z]+-\d+n", n)
+        and not Path(f"/proc/{int(n[len(testbed.PREFIX) :].split('-')[0], 36)}").exists()
+    ]
+
+
+@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
+def test_quickest_run_of_every_scenario(tmp_path: Path) -> None:
+    before = set(_own_leftovers())
+    first = _harness(
+        ["--quick", "--methods", "mpiwait,dns-entrypoint", "--scenarios",
+         "gap,gap64,scale,startup", "--sizes", "5", "--gap-workers", "3", "--gap-large", "4",
+         "--spread", "2"],
+        tmp_path / "a",
+        timeout=120,
+    )  # fmt: skip
+    kinds = [s["scenario"] for s in first["scenarios"]]
+    assert kinds == ["launch-gap", "launch-gap", "scale", "startup"]
+    gap = first["scenarios"][0]
+    assert {r["method"] for r in gap["rows"]} == {"mpiwait", "dns-entrypoint"}
+    assert all(r["rc"] is not None for r in gap["runs"])  # nothing hit the harness's timeout
+    scale = first["scenarios"][2]["rows"]
+    assert any(r["method"] == "mpiwait" and r.get("wall_s") for r in scale)
+    assert {t["target"].split(" (")[0] for t in first["targets"]} >= {"launch gap median"}
+
+    second = _harness(
+        ["--quick", "--scenarios", "load", "--load-hosts", "4", "--down", "3"],
+        tmp_path / "b",
+        timeout=90,
+    )
+    (load,) = second["scenarios"]
+    assert load["rows"][0]["method"] == "mpiwait"
+    assert all(r["logins_per_host"] for r in load["rows"])
+    assert set(_own_leftovers()) <= before, "the harness left network namespaces behind"
+    assert os.path.exists(tmp_path / "a" / "results.md")
