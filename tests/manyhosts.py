@@ -43,6 +43,9 @@ SSH_BANNER = b"SSH-2.0-OpenSSH_9.2\r\n"
 PREFIX = "mh"
 SUBNET = "10.124"
 STAGE_DIR = Path("/run/mpiwait-testbed-stage")  # an empty mount point, used only inside mount ns
+# Where the checkout and its venv stay reachable when a bind hides them (a clone under /tmp, with
+# the test binding a private directory over /tmp). Also only ever mounted on inside a mount ns.
+PY_STAGE_DIR = Path("/run/mpiwait-testbed-py")
 FIRST_OFFSET = 10
 
 # ---------------------------------------------------------------------------------------------
@@ -254,6 +257,29 @@ def wrap(
         staged.append((slot, src))
         return slot
 
+    # The checkout (the source `-m mpiwait` runs) and the venv must survive the binds: where a bind
+    # destination hides one of them, bind it first to a place of its own, and run from there.
+    dsts = [Path(dst) for _, dst in binds]
+    hidden = [
+        p
+        for p in sorted({REPO, Path(sys.prefix)}, key=lambda p: len(p.parts))
+        if any(p == d or d in p.parents for d in dsts)
+    ]
+    hidden = [p for p in hidden if not any(q in p.parents for q in hidden)]
+    moved: dict[Path, str] = {}
+    if hidden:
+        lines.append(f"mount -t tmpfs -o mode=0755,size=1m mwpy {PY_STAGE_DIR}")
+        for k, p in enumerate(hidden):
+            moved[p] = f"{PY_STAGE_DIR}/p{k}"
+            lines.append(f"mkdir -p {moved[p]}")
+            lines.append(f"mount --bind {shlex.quote(str(p))} {moved[p]}")
+
+    def relocate(path: Path) -> str:
+        for old, new in moved.items():
+            if path == old or old in path.parents:
+                return new + "/" + str(path.relative_to(old)) if path != old else new
+        return str(path)
+
     reach: dict[Path, list[Path]] = {}
     if user is not None:
         pw = pwd.getpwnam(user)
@@ -278,6 +304,17 @@ def wrap(
         lines.append(f"mount --bind {q} {q}")
         lines.append(f"mount -o remount,bind,ro {q}")
     lines.append(f"umount -l {STAGE_DIR}")
+    if moved:
+        lines.append(
+            f"export PYTHONPATH={shlex.quote(relocate(REPO))}${{PYTHONPATH:+:$PYTHONPATH}}"
+        )
+        old_python, new_python = (
+            shlex.quote(sys.executable),
+            shlex.quote(relocate(Path(sys.executable))),
+        )
+        lines.append(
+            f'for a do shift; [ "$a" = {old_python} ] && a={new_python}; set -- "$@" "$a"; done'
+        )
     if cwd is not None:
         lines.append(f"cd {shlex.quote(str(cwd))}")
     drop: list[str] = []
@@ -295,6 +332,8 @@ def wrap(
         ]
     lines.append('exec "$@"')
     STAGE_DIR.mkdir(mode=0o700, exist_ok=True)
+    if moved:
+        PY_STAGE_DIR.mkdir(mode=0o755, exist_ok=True)
     return ["sh", "-c", "\n".join(lines), "mpiwait-test-wrap", *drop]
 
 

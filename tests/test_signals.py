@@ -145,4 +145,6 @@ def test_slow_own_name_lookup_delays_the_start_at_most_two_seconds(bed, tmp_path
     result = mh.run(b, ["--hosts", "w1", "--timeout", "30"], wrapper=mh.wrap(binds=binds))
     assert result.returncode == 0, result
     assert _packets_seen(b.hosts[0].ns)  # it did ask (our black hole), and did not wait for it
-    assert result.elapsed < 2.0 + 1.5, result  # SELF_LOOKUP_TIMEOUT + start-up slack
+    # SELF_LOOKUP_TIMEOUT + start-up slack on a loaded 2-core machine; the lookup itself would
+    # hang for the black hole's 30 s.
+    assert result.elapsed < 2.0 + 6.0, result
