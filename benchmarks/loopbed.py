@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import socket
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -84,26 +83,14 @@ class LoopBed:
     def write_hosts(self) -> None:
         """(Re)write the clients' hosts file in place: running clients have its inode mounted.
         Never shorter than before (padded with a comment), so a reader never sees it empty."""
-        me = socket.gethostname()
-        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-        if me and me != "localhost":
-            lines.append(f"127.0.0.1\t{me}")
-        lines += [
-            f"{a}\t{nm}"
-            for a, nm, p in zip(self.addrs, self.names, self._published, strict=True)
-            if p
-        ]
-        data = ("\n".join(lines) + "\n").encode()
-        fd = os.open(self.hosts_file, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            pad = os.fstat(fd).st_size - len(data)
-            if pad == 1:
-                data += b"\n"
-            elif pad > 1:
-                data += b"#" + b" " * (pad - 2) + b"\n"
-            os.pwrite(fd, data, 0)
-        finally:
-            os.close(fd)
+        testbed.write_hosts_file(
+            self.hosts_file,
+            [
+                (a, nm)
+                for a, nm, p in zip(self.addrs, self.names, self._published, strict=True)
+                if p
+            ],
+        )
 
     def publish_all(self, value: bool = True) -> None:
         self._published = [value] * self.n

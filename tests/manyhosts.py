@@ -25,7 +25,6 @@ import pwd
 import re
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -678,27 +677,14 @@ class ManyHosts:
         self._write_hosts_file()
 
     def _write_hosts_file(self) -> None:
-        me = socket.gethostname()
-        lines = ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
-        if me and me != "localhost":
-            lines.append(f"127.0.0.1\t{me}")
-        lines += [
-            f"{a}\t{nm}"
-            for a, nm, p in zip(self.addrs, self.names, self._published, strict=True)
-            if p
-        ]
-        data = ("\n".join(lines) + "\n").encode()
-        # in place (a running launcher has the inode bind-mounted), never shorter than before
-        fd = os.open(self.hosts_file, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            pad = os.fstat(fd).st_size - len(data)
-            if pad == 1:
-                data += b"\n"
-            elif pad > 1:
-                data += b"#" + b" " * (pad - 2) + b"\n"
-            os.pwrite(fd, data, 0)
-        finally:
-            os.close(fd)
+        testbed.write_hosts_file(
+            self.hosts_file,
+            [
+                (a, nm)
+                for a, nm, p in zip(self.addrs, self.names, self._published, strict=True)
+                if p
+            ],
+        )
 
     def publish(self, *which: int) -> None:
         for i in which:

@@ -43,7 +43,7 @@ import subprocess
 import sys
 import time
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -363,6 +363,32 @@ def _bed_of(name: str, prefix: str | None = None) -> str | None:
     prefix = PREFIX if prefix is None else prefix
     m = re.match(rf"^({re.escape(prefix)}[0-9a-z]+-\d+)[bvn]\d*$", name)
     return m.group(1) if m else None
+
+
+def write_hosts_file(
+    path: Path, entries: Iterable[tuple[str, str]], *, header: str | None = None
+) -> None:
+    """(Re)write a launcher's hosts file: localhost, this machine's name, then ``entries``
+    (address, names). In place, since running launchers have its inode bind-mounted, and never
+    shorter than before (padded with a comment), so a concurrent reader sees the old or the new
+    set of entries, never an empty file."""
+    me = socket.gethostname()
+    lines = [f"# {header}"] if header else []
+    lines += ["127.0.0.1\tlocalhost", "::1\tlocalhost ip6-localhost ip6-loopback"]
+    if me and me != "localhost":
+        lines.append(f"127.0.0.1\t{me}")
+    lines += [f"{addr}\t{names}" for addr, names in entries]
+    data = ("\n".join(lines) + "\n").encode()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        pad = os.fstat(fd).st_size - len(data)
+        if pad == 1:
+            data += b"\n"
+        elif pad > 1:
+            data += b"#" + b" " * (pad - 2) + b"\n"
+        os.pwrite(fd, data, 0)
+    finally:
+        os.close(fd)
 
 
 def cleanup_stale(
@@ -1190,26 +1216,11 @@ class TestBed:
         Never truncates: a shorter text is padded with a comment, so a concurrent reader sees
         either the old or the new set of entries, never an empty file.
         """
-        me = socket.gethostname()
-        lines = [
-            f"# mpiwait test bed {self.bed_id}: launcher view (publish/unpublish edit it)",
-            "127.0.0.1\tlocalhost",
-            "::1\tlocalhost ip6-localhost ip6-loopback",
-        ]
-        if me and me != "localhost":
-            lines.append(f"127.0.0.1\t{me}")
-        lines += [f"{h.addr}\t{self._aliases(h)}" for h in self.hosts if self._published[h.i]]
-        data = ("\n".join(lines) + "\n").encode()
-        fd = os.open(self.hosts_file, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            pad = os.fstat(fd).st_size - len(data)
-            if pad == 1:
-                data += b"\n"
-            elif pad > 1:
-                data += b"#" + b" " * (pad - 2) + b"\n"
-            os.pwrite(fd, data, 0)
-        finally:
-            os.close(fd)
+        write_hosts_file(
+            self.hosts_file,
+            [(h.addr, self._aliases(h)) for h in self.hosts if self._published[h.i]],
+            header=f"mpiwait test bed {self.bed_id}: launcher view (publish/unpublish edit it)",
+        )
         if self.bed_id and (_beds_dir() / f"{self.bed_id}.json").exists():
             self._write_state()
 
