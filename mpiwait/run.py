@@ -145,7 +145,7 @@ def _wait(settings, sources: HostSources, names, prober, reporter):
 
     return wait_for_hosts(
         first=names,
-        read_hosts=_reread_when_changed(settings, sources),
+        read_hosts=_reread_when_changed(settings, sources, names, reporter),
         runner=ThreadRunner(prober.attempt, settings.parallel),
         policy=WaitPolicy(
             timeout=settings.timeout,
@@ -162,7 +162,7 @@ def _wait(settings, sources: HostSources, names, prober, reporter):
 
 
 def _reread_when_changed(
-    settings: Settings, sources: HostSources
+    settings: Settings, sources: HostSources, first: tuple[str, ...], reporter: Reporter
 ) -> Callable[[], tuple[tuple[str, ...], tuple[str, ...]]]:
     """The waiting loop's once-a-second ``sources.read()``, skipped while the files it parses
     hold the same bytes as last time (the result depends on nothing else). Parsing a hostfile
@@ -171,12 +171,22 @@ def _reread_when_changed(
     paths: tuple[Path, ...] = ()
     if settings.hosts_option is None:
         paths = tuple(p for p in (settings.hostfile, settings.discover_hosts) if p is not None)
-    last: list = [None, None]  # the files' bytes, and what they gave
+    last: list = [None, (first, ())]  # the files' bytes, and what they gave
+    reported: list[str] = []
 
     def read_hosts() -> tuple[tuple[str, ...], tuple[str, ...]]:
         key = None if settings.discover_exec else _file_bytes(paths)
         if key is None or key != last[0]:
-            snapshot = sources.read()
+            try:
+                snapshot = sources.read()
+            except InputError as exc:
+                # The sources read fine at the start; a discover script that failed once or a
+                # file caught mid-rewrite must not end a wait that is going well. Keep the last
+                # good list (hosts once listed stay waited for anyway) and try again next time.
+                if exc.message not in reported:
+                    reported.append(exc.message)
+                    reporter.info(f"warning: keeping the hosts read before: {exc.message}")
+                return last[1]
             last[:] = [key, (_names(snapshot), snapshot.sources)]
         return last[1]
 
