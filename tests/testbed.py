@@ -623,6 +623,23 @@ class TestBed:
         net = self.subnet if self.index >= 0 else "-"
         return f"<TestBed {self.bed_id or '?'} {self.n} hosts {net} {state}>"
 
+    def _worker_hosts(self) -> list[WorkerHost]:
+        """Each worker's names, namespace, link, address and files, from the bed's id and index."""
+        return [
+            WorkerHost(
+                i=i,
+                name=nm,
+                short=nm.split(".")[0],
+                ns=f"{self.bed_id}n{i}",
+                veth=f"{self.bed_id}v{i}",
+                addr=f"{SUBNET}.{self.index}.{FIRST_HOST + i}",
+                port=self.port,
+                sshd_config=self.workdir / f"sshd_config.{i}",
+                sshd_log=self.workdir / f"sshd.{i}.log",
+            )
+            for i, nm in enumerate(self._names)
+        ]
+
     # ---- lifecycle ---------------------------------------------------------------------------
 
     def __enter__(self) -> TestBed:
@@ -678,20 +695,7 @@ class TestBed:
             if self.user != "root":
                 self._ensure_user()
         self._client_dir = self._choose_client_dir()
-        self.hosts = [
-            WorkerHost(
-                i=i,
-                name=nm,
-                short=nm.split(".")[0],
-                ns=f"{self.bed_id}n{i}",
-                veth=f"{self.bed_id}v{i}",
-                addr=f"{SUBNET}.{self.index}.{FIRST_HOST + i}",
-                port=self.port,
-                sshd_config=self.workdir / f"sshd_config.{i}",
-                sshd_log=self.workdir / f"sshd.{i}.log",
-            )
-            for i, nm in enumerate(self._names)
-        ]
+        self.hosts = self._worker_hosts()
         for h in self.hosts:
             assert len(h.veth) <= _IFNAMSIZ, h.veth
         self._write_files()
@@ -914,20 +918,7 @@ class TestBed:
         bed.index, bed.bed_id = st["index"], st["bed_id"]
         bed._client_dir = Path(st["client_dir"])
         bed._published = list(st["published"])
-        bed.hosts = [
-            WorkerHost(
-                i=i,
-                name=nm,
-                short=nm.split(".")[0],
-                ns=f"{bed.bed_id}n{i}",
-                veth=f"{bed.bed_id}v{i}",
-                addr=f"{SUBNET}.{bed.index}.{FIRST_HOST + i}",
-                port=bed.port,
-                sshd_config=bed.workdir / f"sshd_config.{i}",
-                sshd_log=bed.workdir / f"sshd.{i}.log",
-            )
-            for i, nm in enumerate(st["names"])
-        ]
+        bed.hosts = bed._worker_hosts()
         bed._is_up = True
         return bed
 
