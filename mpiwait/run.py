@@ -5,10 +5,8 @@ from __future__ import annotations
 import gc
 import os
 import signal
-import stat
 import sys
 from collections.abc import Callable, Mapping
-from pathlib import Path
 
 from mpiwait.errors import ExitCode, InputError, MpiwaitError
 from mpiwait.events import End, WaitStarted
@@ -145,7 +143,7 @@ def _wait(settings, sources: HostSources, names, prober, reporter):
 
     return wait_for_hosts(
         first=names,
-        read_hosts=_reread_when_changed(settings, sources, names, reporter),
+        read_hosts=_reread(sources, names, reporter),
         runner=ThreadRunner(prober.attempt, settings.parallel),
         policy=WaitPolicy(
             timeout=settings.timeout,
@@ -161,59 +159,28 @@ def _wait(settings, sources: HostSources, names, prober, reporter):
     )
 
 
-def _reread_when_changed(
-    settings: Settings, sources: HostSources, first: tuple[str, ...], reporter: Reporter
+def _reread(
+    sources: HostSources, first: tuple[str, ...], reporter: Reporter
 ) -> Callable[[], tuple[tuple[str, ...], tuple[str, ...]]]:
-    """The waiting loop's once-a-second ``sources.read()``, skipped while the files it parses
-    hold the same bytes as last time (the result depends on nothing else). Parsing a hostfile
-    and a discover_hosts.sh of 1000 hosts takes ~25 ms: every second, that was ~8% of the
-    client CPU of a 1000-host wait. A --discover-exec script is run every time."""
-    paths: tuple[Path, ...] = ()
-    if settings.hosts_option is None:
-        paths = tuple(p for p in (settings.hostfile, settings.discover_hosts) if p is not None)
-    last: list = [None, (first, ())]  # the files' bytes, and what they gave
+    """The waiting loop's once-a-second ``sources.read()``, tolerant of passing failures."""
+    last: list = [(first, ())]
     reported: list[str] = []
 
     def read_hosts() -> tuple[tuple[str, ...], tuple[str, ...]]:
-        key = None if settings.discover_exec else _file_bytes(paths)
-        if key is None or key != last[0]:
-            try:
-                snapshot = sources.read()
-            except InputError as exc:
-                # The sources read fine at the start; a discover script that failed once or a
-                # file caught mid-rewrite must not end a wait that is going well. Keep the last
-                # good list (hosts once listed stay waited for anyway) and try again next time.
-                if exc.message not in reported:
-                    reported.append(exc.message)
-                    reporter.info(f"warning: keeping the hosts read before: {exc.message}")
-                return last[1]
-            last[:] = [key, (_names(snapshot), snapshot.sources)]
-        return last[1]
+        try:
+            snapshot = sources.read()
+        except InputError as exc:
+            # The sources read fine at the start; a discover script that failed once or a
+            # file caught mid-rewrite must not end a wait that is going well. Keep the last
+            # good list (hosts once listed stay waited for anyway) and try again next time.
+            if exc.message not in reported:
+                reported.append(exc.message)
+                reporter.info(f"warning: keeping the hosts read before: {exc.message}")
+            return last[0]
+        last[0] = (_names(snapshot), snapshot.sources)
+        return last[0]
 
     return read_hosts
-
-
-def _file_bytes(paths: tuple[Path, ...]) -> tuple[bytes | None, ...] | None:
-    """The bytes of each regular file (None: absent); None when one cannot be compared."""
-    out: list[bytes | None] = []
-    for path in paths:
-        try:
-            # O_NONBLOCK: a FIFO must not block us; it is not a regular file, so not compared
-            fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
-        except (FileNotFoundError, NotADirectoryError):
-            out.append(None)
-            continue
-        except OSError:
-            return None
-        with os.fdopen(fd, "rb") as f:
-            info = os.fstat(f.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_size > _COMPARE_LIMIT:
-                return None
-            out.append(f.read(_COMPARE_LIMIT + 1))
-    return tuple(out)
-
-
-_COMPARE_LIMIT = 4 << 20  # larger files are simply parsed again
 
 
 def _print_plan(names: tuple[str, ...], prober, snapshot: Snapshot) -> None:

@@ -897,3 +897,31 @@ def alive(pid: int) -> bool:
     except (FileNotFoundError, ProcessLookupError):
         return False
     return fields[0] not in ("Z", "X")
+
+
+def test_read_parses_again_only_when_a_source_reads_differently(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import mpiwait.hosts as hosts_module
+
+    calls: list[str] = []
+    real = hosts_module.parse_hostfile
+    monkeypatch.setattr(
+        hosts_module,
+        "parse_hostfile",
+        lambda text, source: calls.append(text) or real(text, source),
+    )
+    hostfile = write(tmp_path / "hostfile", "w1\n")
+    discover = write(tmp_path / "discover.sh", "#!/bin/sh\n")
+    src = sources(hostfile=hostfile, discover=discover)
+    first = src.read()
+    assert src.read() is first  # same bytes: the last snapshot, no parse
+    assert len(calls) == 1
+    write(discover, "#!/bin/sh\necho w2\n")
+    assert [h.name for h in src.read().hosts] == ["w1", "w2"]
+    assert len(calls) == 2
+    write(hostfile, "w1 slots=x\n")
+    with pytest.raises(InputError):
+        src.read()
+    with pytest.raises(InputError):  # a failed read is not remembered as seen
+        src.read()
