@@ -62,11 +62,6 @@ def find_command(argv: Sequence[str], path: str | None = None) -> str:
     return found
 
 
-def missing_ssh_client(argv: Sequence[str], path: str | None = None) -> bool:
-    """True when COMMAND is an MPI launcher and no ``ssh`` client is on PATH for it to use."""
-    return os.path.basename(argv[0]) in MPI_LAUNCHERS and shutil.which("ssh", path=path) is None
-
-
 # Where a user points a launcher at another remote agent than ssh: Open MPI (4 and 5), MPICH's
 # hydra, Intel MPI's hydra. Each value is a command line ("ssh -F cfg"; Open MPI also takes
 # alternatives separated by ":").

@@ -18,9 +18,9 @@ from mpiwait.errors import ExitCode, LaunchError
 from mpiwait.launch import (
     MPI_LAUNCHERS,
     ROLE_VARIABLE,
+    check_remote_agent,
     exec_command,
     find_command,
-    missing_ssh_client,
     worker_role,
 )
 
@@ -189,21 +189,23 @@ def test_find_command_broken_symlink_is_127(tmp_path: Path) -> None:
     assert info.value.exit_code == ExitCode.NOT_FOUND
 
 
-# --- missing_ssh_client -------------------------------------------------------------------
+# --- the ssh client an MPI launcher needs (check_remote_agent) -----------------------------
 
 
 @pytest.mark.parametrize(
     "launcher", ["mpirun", "/opt/openmpi/bin/mpirun", "mpiexec.hydra", "horovodrun"]
 )
 def test_missing_ssh_client_for_a_launcher(tmp_path: Path, launcher: str) -> None:
-    assert missing_ssh_client([launcher, "-np", "2"], path=str(tmp_path)) is True
+    with pytest.raises(LaunchError) as info:
+        check_remote_agent([launcher, "-np", "2"], {}, path=str(tmp_path))
+    assert info.value.exit_code == ExitCode.NOT_FOUND
     _executable(tmp_path / "ssh")
-    assert missing_ssh_client([launcher, "-np", "2"], path=str(tmp_path)) is False
+    assert check_remote_agent([launcher, "-np", "2"], {}, path=str(tmp_path)) is None
 
 
 @pytest.mark.parametrize("command", ["python", "/bin/sh", "mpirun-wrapper", "echo"])
 def test_missing_ssh_client_ignores_other_commands(tmp_path: Path, command: str) -> None:
-    assert missing_ssh_client([command], path=str(tmp_path)) is False
+    assert check_remote_agent([command], {}, path=str(tmp_path)) is None
 
 
 def test_mpi_launchers_cover_the_common_ones() -> None:
