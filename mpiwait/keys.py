@@ -156,10 +156,14 @@ class HostKeyPolicy:
                 self._files[files] = known
             return known
 
+    def _entry(self, address: str, port: int, files: tuple[str, ...]):
+        """known_hosts' name for this host (``[addr]:port`` off port 22) and its keys by type."""
+        name = address if port == 22 else f"[{address}]:{port}"
+        return name, self._known(files).lookup(name)
+
     def known_types(self, *, address: str, port: int, files: tuple[str, ...]) -> tuple[str, ...]:
         """The key types (``ssh-rsa``, ``ssh-ed25519``, ...) known_hosts lists for this host."""
-        name = address if port == 22 else f"[{address}]:{port}"
-        entry = self._known(files).lookup(name)
+        _, entry = self._entry(address, port, files)
         return tuple(entry.keys()) if entry is not None else ()
 
     def check(
@@ -175,8 +179,7 @@ class HostKeyPolicy:
         """Raise PermanentError when the policy refuses ``key`` for this host."""
         if strict == "no":
             return
-        name = address if port == 22 else f"[{address}]:{port}"
-        entry = self._known(files).lookup(name)
+        name, entry = self._entry(address, port, files)
         listed = entry.get(key.get_name()) if entry is not None else None
         if listed is not None and listed == key:
             return
