@@ -26,8 +26,10 @@ sys.path.insert(0, str(REPO / "tests"))
 import testbed  # noqa: E402, F401  (tests/testbed.py, the test bed library: used from here)
 
 # The interpreter running the harness runs mpiwait too (never the pyenv shim on PATH, which alone
-# costs ~80 ms a start and would bury what is measured).
-PY = os.path.realpath(sys.executable)
+# costs ~80 ms a start and would bury what is measured). Not resolved through symlinks: a venv's
+# python is a symlink to the base interpreter, and only the unresolved path finds the venv's
+# site-packages (paramiko, click, tenacity).
+PY = os.path.abspath(sys.executable)
 PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
