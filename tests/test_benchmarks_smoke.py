@@ -10,13 +10,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import testbed
+from conftest import requires_openmpi
 
 pytestmark = pytest.mark.root
 
@@ -56,7 +56,7 @@ def _own_leftovers() -> list[str]:
     ]
 
 
-@pytest.mark.skipif(shutil.which("mpirun") is None, reason="Open MPI's mpirun is not installed")
+@requires_openmpi
 def test_quickest_run_of_every_scenario(tmp_path: Path) -> None:
     before = set(_own_leftovers())
     first = _harness(
