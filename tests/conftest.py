@@ -12,6 +12,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import leaks
 import testbed
 
 _BED_PROBLEM = testbed.missing_requirements()
@@ -121,8 +122,26 @@ def pytest_make_collect_report(collector: pytest.Collector):
         problems.append(f"{rep.nodeid}: {_strict_failure(rep.longrepr)}")
 
 
+_LEAK_BASELINE = pytest.StashKey[leaks.Baseline]()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _leak_baseline(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    request.config.stash[_LEAK_BASELINE] = leaks.baseline([tmp_path_factory.getbasetemp()])
+
+
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # Every fixture is torn down by now: whatever of this session still exists leaked. It is
+    # named (failing the run) and removed, so that the next run does not inherit it.
+    base = session.config.stash.get(_LEAK_BASELINE, None)
+    if base is not None:
+        left = leaks.find(base)
+        if left.describe():
+            problems = session.config.stash.setdefault(_SESSION_PROBLEMS, [])
+            problems.append("the session left behind (now removed):")
+            problems += [f"  {what}" for what in left.describe()]
+            leaks.clean(left)
     if session.config.stash.get(_SESSION_PROBLEMS, []) and session.exitstatus in (
         pytest.ExitCode.OK,
         pytest.ExitCode.NO_TESTS_COLLECTED,
