@@ -573,23 +573,12 @@ FAULTS = {
     # w3 comes up and passes; while w1 is still late, mpiwait goes on probing w1 but never w3
     # again, also not when w3 goes down and up again meanwhile; then w1 comes up.
     "flapping-host": Fault(
-        lambda b: (b.stop_sshd(0), b.stop_sshd(2), _count_syns(b, 0), _count_syns(b, 2)),
+        lambda b: (b.stop_sshd(0), b.stop_sshd(2), b.syns(0), b.syns(2)),
         [(0.0, lambda b: b.start_sshd(2)), (0.0, lambda b: _flap_after_the_pass(b))],
         r"w3: tcp refused",
         args=("--retry-max", "0.5"),  # w1's attempts come at least every 0.5 s
     ),
 }
-
-
-def _count_syns(b: testbed.TestBed, i: int) -> None:
-    """An iptables rule that only counts connection attempts to worker i's SSH port."""
-    cmd = ["iptables", "-A", "INPUT", "-p", "tcp", "--dport", str(b.port), "--syn"]
-    testbed._sh(["ip", "netns", "exec", b.hosts[i].ns, *cmd])
-
-
-def _syns(b: testbed.TestBed, i: int) -> int:
-    cp = testbed._sh(["ip", "netns", "exec", b.hosts[i].ns, "iptables", "-L", "INPUT", "-vnx"])
-    return int(cp.stdout.splitlines()[2].split()[0])
 
 
 def _sshd_logins(b: testbed.TestBed, i: int) -> int:
@@ -601,14 +590,14 @@ def _flap_after_the_pass(b: testbed.TestBed) -> None:
     while _sshd_logins(b, 2) < 1:  # mpiwait's login: w3 passed
         assert time.monotonic() < deadline, "mpiwait never logged into w3"
         time.sleep(0.02)
-    w3_syns = _syns(b, 2)
+    w3_syns = b.syns(2)
     b.stop_sshd(2)
     b.start_sshd(2)  # returns once it listens again
-    w1_syns = _syns(b, 0)
-    while _syns(b, 0) < w1_syns + 3:  # mpiwait kept waiting: three more attempts on w1
+    w1_syns = b.syns(0)
+    while b.syns(0) < w1_syns + 3:  # mpiwait kept waiting: three more attempts on w1
         assert time.monotonic() < deadline, "mpiwait stopped probing the late w1"
         time.sleep(0.02)
-    assert _syns(b, 2) == w3_syns, "mpiwait probed w3 again after it had passed"
+    assert b.syns(2) == w3_syns, "mpiwait probed w3 again after it had passed"
     b.start_sshd(0)
 
 

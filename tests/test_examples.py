@@ -26,6 +26,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
@@ -112,7 +113,6 @@ WORKERS = {
     "trainer-v2.yaml": {"user": "mpiuser", "port": 2222},
     "compose.yaml": {"user": "root", "port": 22},
 }
-LATE = 1.0
 
 
 def load_all(path: Path) -> list[Any]:
@@ -870,22 +870,35 @@ def test_example_waits_for_real_workers_then_runs_its_command(inv, bed, tmp_path
         assert fields["user"] == workers["user"], r.stdout
         assert fields["identity"].startswith(inv.ssh_auth_path + "/id_"), r.stdout
 
-    # For real, with one worker's sshd coming up late (as after a long image pull).
+    # For real, with one worker's sshd coming up late (as after a long image pull): only once
+    # mpiwait has tried it (a SYN to it, refused), whatever the pod's set-up took.
     late = len(inv.hosts) - 1
     b.stop_sshd(late)
-    b.start_sshd(late, delay=LATE)
-    t0 = time.monotonic()
+    b.syns(late)
+    comes_up = threading.Thread(target=_start_once_tried, args=(b, late), daemon=True)
+    comes_up.start()
     r, command = run_in_pod(b, inv, tmp_path / "pod")
-    took = time.monotonic() - t0
+    comes_up.join(30)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stderr}"
     assert "mpiwait: error" not in r.stderr, r.stderr
-    assert took >= LATE * 0.8, f"returned after {took:.2f}s: did not wait\n{r.stderr}"
-    assert inv.hosts[late] in r.stderr, r.stderr
+    # It saw the late worker down and waited for it (no COMMAND, no exit 0 before that).
+    down = rf"^mpiwait: \[\+[\d.]+s\] {re.escape(inv.hosts[late])}: tcp refused"
+    assert re.search(down, r.stderr, re.M), f"did not see {inv.hosts[late]} down\n{r.stderr}"
+    # ...and logged into it once it was up, before it ended (the pod's only ssh client).
+    log = b.hosts[late].sshd_log.read_text(errors="replace")
+    assert f"Accepted publickey for {workers['user']} " in log, f"{r.stderr}\n{log}"
     if command:
         # mpiwait became COMMAND, with the example's arguments untouched.
         assert r.stdout.split() == command, r.stdout
     else:
         assert r.stdout == "", r.stdout
+
+
+def _start_once_tried(b: testbed.TestBed, i: int) -> None:
+    deadline = time.monotonic() + 60
+    while b.syns(i) < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    b.start_sshd(i)
 
 
 def test_worker_role_steps_aside_at_once(tmp_path):

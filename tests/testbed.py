@@ -68,6 +68,7 @@ FIRST_HOST = 11  # w1 is .11, w2 .12, ...
 MAX_HOSTS = 254 - FIRST_HOST + 1
 SSHD = "/usr/sbin/sshd"
 _SILENT_MARK = "# mpiwait-testbed silent listener"
+_SYN_MARK = "mpiwait-testbed-syns"
 
 _IFNAMSIZ = 15
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
@@ -1149,6 +1150,20 @@ class TestBed:
 
     def unblackhole(self, i: int) -> None:
         self._iptables(i, "-D")
+
+    def syns(self, i: int) -> int:
+        """Connection attempts (TCP SYNs) to worker i's SSH port since the first call, which
+        installs a rule that only counts (first in INPUT, so blackhole() does not hide any)."""
+        h = self.hosts[i]
+        base = ["ip", "netns", "exec", h.ns, "iptables", "-w"]
+        rule = ["-p", "tcp", "--dport", str(h.port), "--syn", "-m", "comment", "--comment"]
+        rule.append(_SYN_MARK)
+        if _sh([*base, "-C", "INPUT", *rule], check=False).returncode != 0:
+            _sh([*base, "-I", "INPUT", "1", *rule])
+        for line in _sh([*base, "-L", "INPUT", "-vnx"]).stdout.splitlines():
+            if f"/* {_SYN_MARK} */" in line:
+                return int(line.split()[0])
+        raise BedError(f"{h.name}: the SYN counting rule is missing")
 
     def link_down(self, i: int) -> None:
         """Take worker i's link down (root end of the veth): the host is unreachable."""
