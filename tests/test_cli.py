@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -904,9 +905,39 @@ def test_main_maps_errors_to_statuses(
         assert err.splitlines() == expected
 
 
-def test_main_returns_runs_status(monkeypatch: pytest.MonkeyPatch, in_process_main) -> None:
-    monkeypatch.setattr(run_module, "run", lambda settings, environ: 124)
-    assert in_process_main(["--hosts", "w1"]) == 124
+def test_main_exits_124_when_the_deadline_passes(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    in_process_main,
+) -> None:
+    # The real run, no stub: a loopback port that refuses, a 1 s deadline. Its 124 (and not
+    # the COMMAND) must come out of main(), after the summary.
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = tmp_path / "id_ed25519"
+    key.write_bytes(
+        Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.OpenSSH,
+            serialization.NoEncryption(),
+        )
+    )
+    key.chmod(0o600)
+    config = tmp_path / "ssh_config"
+    config.write_text("Host *\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n")
+    with socket.socket() as s:  # a port nothing listens on: connects are refused at once
+        s.bind(("127.0.0.2", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MPIWAIT_TERMINATION_LOG", str(tmp_path / "termination-log"))
+    marker = tmp_path / "command-ran"
+    argv = ["-F", str(config), "-i", str(key), "--hosts", "127.0.0.2", "-p", str(port)]
+    status = in_process_main([*argv, "--timeout", "1", "--", "touch", str(marker)])
+    err = capsys.readouterr().err
+    assert status == 124, err
+    assert not marker.exists(), "COMMAND ran although the wait timed out"
+    assert "mpiwait: timed out after" in err and "tcp refused (1): 127.0.0.2" in err, err
 
 
 def test_main_usage_error_exits_2_without_running(
