@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import pwd
 import socket
+import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -143,6 +144,8 @@ class SSHResolver:
         self._evaluator = Evaluator(roots, self._ctx, system_dir=str(system_config.parent))
         self._config_files = tuple(self._evaluator.files_read)
         self._cache: dict[str, SSHTarget] = {}
+        # Probe threads resolve hosts that appear late; the evaluator's file caches are shared.
+        self._lock = threading.Lock()
 
     def config_sets_host_key_policy(self) -> bool:
         return self._evaluator.sets_host_key_policy
@@ -157,11 +160,12 @@ class SSHResolver:
         return None
 
     def resolve(self, host: str) -> SSHTarget:
-        target = self._cache.get(host)
-        if target is None:
-            target = self._resolve(host)
-            self._cache[host] = target
-        return target
+        with self._lock:
+            target = self._cache.get(host)
+            if target is None:
+                target = self._resolve(host)
+                self._cache[host] = target
+            return target
 
     def _resolve(self, host: str) -> SSHTarget:
         opts, address = self._evaluator.evaluate(host, user=self._user, port=self._port)

@@ -134,11 +134,15 @@ class Evaluator:
         host = host_arg
         if "hostname" in opts.scalars:
             host = expand_hostname(opts.scalars["hostname"], host_arg, opts.where["hostname"])
-        if not _is_addr(host):
+        was_addr = _is_addr(host)
+        if not was_addr:
             host = ascii_lower(host)
         # Canonicalization itself needs DNS, which the workers may not have yet; ssh falls
-        # back to the name as given when it fails. It still asks for the final pass.
+        # back to the name as given when it fails. Addresses it rewrites in numeric form
+        # (10.0.0.05 -> 10.0.0.5) without DNS, as here. It still asks for the final pass.
         canon = ascii_lower(opts.scalars.get("canonicalizehostname", "no"))
+        if was_addr or canon not in ("no", "false"):
+            host = _numeric_address(host) or host
         if first.want_final or canon not in ("no", "false"):
             opts.scalars["hostname"] = host
             self._run_pass(_Pass(host=host, original=host_arg, final=True), opts)
@@ -500,6 +504,23 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 def ascii_lower(s: str) -> str:
     """C's tolower() in the C locale ssh runs in: ASCII letters only."""
     return s.translate(_ASCII_LOWER)
+
+
+def _numeric_address(name: str) -> str | None:
+    """ssh.c's resolve_addr: the numeric form of a literal address, None for a name."""
+    try:
+        infos = socket.getaddrinfo(
+            name, 22, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
+        )
+    except (OSError, UnicodeError):
+        return None
+    if len(infos) != 1:
+        return None
+    try:
+        address, _ = socket.getnameinfo(infos[0][4], socket.NI_NUMERICHOST)
+    except OSError:
+        return None
+    return address
 
 
 def _is_addr(name: str) -> bool:
