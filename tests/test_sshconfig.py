@@ -821,3 +821,70 @@ def test_same_answers_as_ssh_dash_g(tmp_path: Path) -> None:
                 assert set(got.identity_files) <= set(ids), case
             else:
                 assert list(got.identity_files) == ids, case
+
+
+# --- what mpiwait cannot follow: refused by name, never ignored --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "keyword"),
+    [
+        ("ProxyJump bastion", "proxyjump"),
+        ("ProxyCommand ssh -W %h:%p bastion", "proxycommand"),
+        ("CertificateFile ~/.ssh/id_ed25519-cert.pub", "CertificateFile"),
+        ("PKCS11Provider /usr/lib/opensc-pkcs11.so", "pkcs11provider"),
+    ],
+)
+def test_unfollowed_settings_are_refused_for_the_hosts_they_apply_to(
+    make, etc: Path, line: str, keyword: str
+) -> None:
+    r = make(system_cfg=f"Host bastion-*\n  {line}\nHost w*\n  {line}\n")
+    assert r.resolve("x").port == 22  # other hosts are not affected
+    with pytest.raises(InputError) as e:
+        r.resolve("w1")
+    assert e.value.message.startswith(f"ssh config {etc / 'ssh_config'} line 4: {keyword}")
+    assert "w1" in e.value.message
+
+
+def test_proxy_none_is_no_proxy(make) -> None:
+    r = make(system_cfg="ProxyJump none\nProxyCommand none\n")
+    assert r.resolve("w").port == 22
+
+
+def test_agent_is_named_not_ignored(make) -> None:
+    assert make().agent_note() is None
+    note = make(environ={"HOME": "/h", "SSH_AUTH_SOCK": "/tmp/agent.sock"}).agent_note()
+    assert note is not None and "key files only" in note
+
+
+def _mpiwait(*argv: str) -> subprocess.CompletedProcess[str]:
+    repo = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MPIWAIT_", "K_MPI"))}
+    env["PYTHONPATH"] = str(repo)
+    return subprocess.run(
+        [sys.executable, "-m", "mpiwait", *argv],
+        env=env,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("Host *\n  Bogus yes\n", 2),  # ssh: Bad configuration option, exit 255 on every call
+        ("Host w2\n  ProxyJump bastion\n", 2),  # ssh would follow it; mpiwait cannot
+        ("Match exec 'true %z'\n", 1),
+    ],
+)
+def test_refused_config_exits_2_before_waiting(tmp_path: Path, text: str, line: int) -> None:
+    cfg = write(tmp_path / "ssh_config", text)
+    # --timeout 600 and an unreachable check: only a refusal before waiting returns at once.
+    proc = _mpiwait("-F", str(cfg), "--hosts", "w1,w2", "--check", "dns", "--timeout", "600")
+    assert proc.returncode == 2, proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith(f"mpiwait: error: ssh config {cfg} line {line}: "), first
+    assert "Traceback" not in proc.stderr
