@@ -272,6 +272,16 @@ CASES: list[Case] = [
 ]
 
 
+OVERRIDE_CASES = {
+    "Match user sees only earlier values",
+    "Match exec before the block that sets the user",
+    "Match user and localuser",
+    "IdentityFile tokens",
+    "Match exec with tokens",
+    "equals and case variants",
+}
+
+
 def _lay_out(case: Case, d: Path) -> None:
     def put(rel: str, text: str, mode: int = 0o644) -> Path:
         p = d / rel
@@ -458,3 +468,34 @@ def test_generated_default_files_agree_with_ssh(cases: list[Case], tmp_path_fact
         for c in cases
     ]
     assert _in_namespace(cases, tmp_path_factory.mktemp("gen")) == []
+
+
+@pytest.mark.parametrize(
+    "case",
+    [c for c in CASES if c.name in OVERRIDE_CASES],
+    ids=lambda c: c.name,
+)
+def test_port_and_user_options_agree_with_ssh(case: Case, tmp_path: Path) -> None:
+    # mpiwait's --port/--user are ssh's -p/-l: set before the config is read, so Match user,
+    # %p and %r see them and the config's Port and User do not apply.
+    _lay_out(case, tmp_path)
+    home = tmp_path / "home"
+    env = {**os.environ, "HOME": str(home)}
+    cfg = home / ".ssh" / "config"
+    diffs = [
+        diff
+        for host in case.hosts
+        for diff in sshdiff.compare(
+            host,
+            ["-F", str(cfg), "-p", "2200", "-l", "late"],
+            lambda: SSHResolver(
+                config_path=cfg,
+                port=2200,
+                user="late",
+                local_user=LocalUser.current(env),
+                environ=env,
+            ),
+            env,
+        )
+    ]
+    assert diffs == []
