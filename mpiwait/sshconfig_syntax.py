@@ -216,7 +216,11 @@ def lex_line(raw: str, path: str, number: int) -> Line | None:
     rest = rest.lstrip(_WHITESPACE)
     where = f"ssh config {path} line {number}"
     if not rest:
-        raise InputError(f"{where}: {spelled} needs a value (ssh: no argument after keyword)")
+        lowered = keyword.translate(_ASCII_LOWER)
+        if lowered in KEYWORDS:
+            raise InputError(f"{where}: {spelled} needs a value (ssh: no argument after keyword)")
+        # Not echoed: a lone word is what a line of a key file looks like (-F pointed at a key).
+        raise InputError(f"{where}: not a 'Keyword value' line (ssh: no argument after keyword)")
     try:
         args = tuple(split_args(rest))
     except ValueError:
