@@ -304,16 +304,8 @@ class Evaluator:
     # -- Match ---------------------------------------------------------------------------------
 
     def _match(self, line: Line, p: _Pass, opts: Options, *, execute: bool) -> bool:
-        local = self._local
-        scalars = opts.scalars
-        user = scalars.get("user") or local.name
-        port = int(scalars["port"]) if "port" in scalars else 22
-        if p.final:
-            host = scalars.get("hostname", p.host)
-        elif "hostname" in scalars:
-            host = expand_hostname(scalars["hostname"], p.original, opts.where["hostname"])
-        else:
-            host = p.original
+        """match_cfg_line: criteria ANDed, judged with the values set so far."""
+        host = _match_host(p, opts)
         args = list(line.args)
         result = True
         attributes = 0
@@ -329,8 +321,7 @@ class Evaluator:
                 return (not negate) and result
             attributes += 1
             if name in ("canonical", "final"):
-                if name == "final":
-                    p.want_final = True
+                p.want_final = p.want_final or name == "final"
                 if p.final == negate:
                     result = False
                 continue
@@ -339,36 +330,53 @@ class Evaluator:
             if not args or args[0] == "":
                 raise InputError(f"{line.where}: Match {attrib} needs an argument")
             arg = args.pop(0)
-            if name == "host":
-                r = match_pattern_list(ascii_lower(host), arg, lower=True) == 1
-            elif name == "originalhost":
-                r = match_pattern_list(ascii_lower(p.original), arg, lower=True) == 1
-            elif name == "user":
-                r = match_pattern_list(user, arg, lower=False) == 1
-            elif name == "localuser":
-                r = match_pattern_list(local.name, arg, lower=False) == 1
-            else:  # exec
-                tokens = connection_tokens(
-                    local,
-                    host=host,
-                    original=p.original,
-                    port=port,
-                    user=user,
-                    host_key_alias=scalars.get("hostkeyalias") or host,
-                )
-                try:
-                    command = percent_expand(arg, tokens, allowed=_EXEC_TOKENS)
-                except ValueError as e:
-                    raise InputError(f"{line.where}: Match exec {arg!r}: {e}") from e
-                if result is not True or not execute:
-                    # ssh skips the command once an earlier criterion failed.
-                    continue
-                r = run_match_exec(command, local.environ, line)
-            if r == negate:
+            if name == "exec":
+                command = self._exec_command(arg, line, p, opts, host)
+                if not result or not execute:
+                    continue  # ssh skips the command once an earlier criterion failed
+                matched = run_match_exec(command, self._local.environ, line)
+            else:
+                matched = self._criterion(name, arg, p, opts, host)
+            if matched == negate:
                 result = False
         if attributes == 0:
             raise InputError(f"{line.where}: One or more attributes required for Match")
         return result
+
+    def _criterion(self, name: str, arg: str, p: _Pass, opts: Options, host: str) -> bool:
+        if name == "host":
+            return match_pattern_list(ascii_lower(host), arg, lower=True) == 1
+        if name == "originalhost":
+            return match_pattern_list(ascii_lower(p.original), arg, lower=True) == 1
+        if name == "user":
+            user = opts.scalars.get("user") or self._local.name
+            return match_pattern_list(user, arg, lower=False) == 1
+        return match_pattern_list(self._local.name, arg, lower=False) == 1  # localuser
+
+    def _exec_command(self, arg: str, line: Line, p: _Pass, opts: Options, host: str) -> str:
+        # Expanded even when it will not run: an unknown token makes ssh exit either way.
+        scalars = opts.scalars
+        tokens = connection_tokens(
+            self._local,
+            host=host,
+            original=p.original,
+            port=int(scalars["port"]) if "port" in scalars else 22,
+            user=scalars.get("user") or self._local.name,
+            host_key_alias=scalars.get("hostkeyalias") or host,
+        )
+        try:
+            return percent_expand(arg, tokens, allowed=_EXEC_TOKENS)
+        except ValueError as e:
+            raise InputError(f"{line.where}: Match exec {arg!r}: {e}") from e
+
+
+def _match_host(p: _Pass, opts: Options) -> str:
+    """The host name a Match sees: HostName so far (with %h), else the name as given."""
+    if p.final:
+        return opts.scalars.get("hostname", p.host)
+    if "hostname" in opts.scalars:
+        return expand_hostname(opts.scalars["hostname"], p.original, opts.where["hostname"])
+    return p.original
 
 
 def expand_hostname(value: str, host: str, line: Line) -> str:
