@@ -145,8 +145,9 @@ class Prober:
         try:
             if target.strict_host_key_checking != "no":
                 try:
+                    kh_address, kh_port = target.known_hosts_address
                     known = self._host_keys.known_types(
-                        address=target.address, port=target.port, files=target.known_hosts_files
+                        address=kh_address, port=kh_port, files=target.known_hosts_files
                     )
                 except PermanentError as exc:
                     return Outcome(Status.FATAL, Stage.SSH, "host-key", exc.message, exc.hint)
@@ -178,10 +179,11 @@ class Prober:
                 return _retry(Stage.SSH, "handshake", f"no SSH key exchange within {timeout:g}s")
             server_key = transport.get_remote_server_key()
             try:
+                kh_address, kh_port = target.known_hosts_address
                 self._host_keys.check(
                     host=target.host,
-                    address=target.address,
-                    port=target.port,
+                    address=kh_address,
+                    port=kh_port,
                     key=server_key,
                     strict=target.strict_host_key_checking,
                     files=target.known_hosts_files,

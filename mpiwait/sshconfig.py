@@ -67,6 +67,14 @@ class SSHTarget:
     known_hosts_files: tuple[str, ...]  # user files then global files; /dev/null, none dropped
     connect_timeout: float | None  # from ConnectTimeout, None if not set (or 0/none)
     config_files: tuple[str, ...]  # the files that were read
+    host_key_alias: str | None = None  # HostKeyAlias, lowercased as ssh does
+
+    @property
+    def known_hosts_address(self) -> tuple[str, int]:
+        """Where ssh looks the host key up: HostKeyAlias as written, else [address]:port."""
+        if self.host_key_alias:
+            return self.host_key_alias, 22  # port 22: no [..]:port form
+        return self.address, self.port
 
 
 @dataclass(frozen=True)
@@ -237,6 +245,7 @@ class SSHResolver:
             # (minutes): "not set", so the caller applies its own default.
             connect_timeout=float(seconds) if seconds else None,
             config_files=self._config_files,
+            host_key_alias=ascii_lower(alias) if alias else None,
         )
 
     def _expand_path(self, value: str, tokens: Mapping, host: str, what: str) -> str:

@@ -888,3 +888,9 @@ def test_refused_config_exits_2_before_waiting(tmp_path: Path, text: str, line: 
     first = proc.stderr.splitlines()[0]
     assert first.startswith(f"mpiwait: error: ssh config {cfg} line {line}: "), first
     assert "Traceback" not in proc.stderr
+
+
+def test_known_hosts_address_follows_host_key_alias(make) -> None:
+    r = make(system_cfg="Host a\n  HostKeyAlias Alias.MPI\nPort 2222\n")
+    assert r.resolve("a").known_hosts_address == ("alias.mpi", 22)
+    assert r.resolve("B").known_hosts_address == ("b", 2222)
