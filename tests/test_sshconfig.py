@@ -891,6 +891,6 @@ def test_refused_config_exits_2_before_waiting(tmp_path: Path, text: str, line: 
 
 
 def test_known_hosts_address_follows_host_key_alias(make) -> None:
-    r = make(system_cfg="Host a\n  HostKeyAlias Alias.MPI\nPort 2222\n")
+    r = make(system_cfg="Port 2222\nHost a\n  HostKeyAlias Alias.MPI\n")
     assert r.resolve("a").known_hosts_address == ("alias.mpi", 22)
     assert r.resolve("B").known_hosts_address == ("b", 2222)
