@@ -58,7 +58,7 @@ _HOST_KEY_POLICIES = {
 @dataclass(frozen=True)
 class SSHTarget:
     host: str  # the name as listed
-    address: str  # HostName after resolution (== host when not set)
+    address: str  # HostName (%h expanded), else host; lowercased as ssh does unless an address
     port: int
     user: str
     identity_files: tuple[str, ...]  # expanded paths, in the order ssh tries them
