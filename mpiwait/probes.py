@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from mpiwait.errors import PermanentError
+from mpiwait.errors import InputError, PermanentError
 from mpiwait.events import Outcome, Stage, Status
 from mpiwait.keys import HostKeyPolicy, IdentityCache
 from mpiwait.settings import DEFAULT_CONNECT_TIMEOUT, REFUSED_ADDRESS_REUSE, Check
@@ -79,15 +79,24 @@ class Prober:
         return target.connect_timeout or DEFAULT_CONNECT_TIMEOUT
 
     def preflight(self, hosts: tuple[str, ...]) -> None:
-        """Fail now, not after minutes of waiting, on key files that can never work."""
+        """Fail now, not after minutes of waiting, on settings and key files that cannot work.
+
+        Every host's ssh settings are resolved here, whatever the check: a config that ssh
+        would refuse for a host (InputError, exit 2) must stop mpiwait before it waits.
+        """
+        targets = [self.target(host) for host in hosts]
         if self._config.check is not Check.SSH:
             return
-        for host in hosts:
-            target = self.target(host)
+        for target in targets:
             self._identities.get(target.identity_files, defaults=target.identities_default)
 
     def attempt(self, host: str) -> Outcome:
-        target = self.target(host)
+        try:
+            target = self.target(host)
+        except InputError as exc:
+            # A host that appeared after start-up (discover_hosts.sh) for which ssh would
+            # refuse its config: no waiting fixes that.
+            return Outcome(Status.FATAL, Stage.DNS, "ssh-config", exc.message, exc.hint)
         timeout = self.timeout_for(target)
         with self._lock:
             kept = self._refused.pop(host, None)
@@ -136,8 +145,9 @@ class Prober:
         try:
             if target.strict_host_key_checking != "no":
                 try:
+                    kh_address, kh_port = target.known_hosts_address
                     known = self._host_keys.known_types(
-                        address=target.address, port=target.port, files=target.known_hosts_files
+                        address=kh_address, port=kh_port, files=target.known_hosts_files
                     )
                 except PermanentError as exc:
                     return Outcome(Status.FATAL, Stage.SSH, "host-key", exc.message, exc.hint)
@@ -169,10 +179,11 @@ class Prober:
                 return _retry(Stage.SSH, "handshake", f"no SSH key exchange within {timeout:g}s")
             server_key = transport.get_remote_server_key()
             try:
+                kh_address, kh_port = target.known_hosts_address
                 self._host_keys.check(
                     host=target.host,
-                    address=target.address,
-                    port=target.port,
+                    address=kh_address,
+                    port=kh_port,
                     key=server_key,
                     strict=target.strict_host_key_checking,
                     files=target.known_hosts_files,

@@ -67,8 +67,9 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
             "or pass --hostfile / --hosts",
         )
 
-    # paramiko imports invoke only to run `Match exec`, which sshconfig.py runs itself; left
-    # out, paramiko's import takes ~55 ms instead of ~100 ms here (benchmarks/, scenario 3).
+    # paramiko imports invoke only for its own ssh_config `Match exec`, which mpiwait never
+    # uses (sshconfig_eval.py runs Match exec itself); left out, paramiko's import takes ~55 ms
+    # instead of ~100 ms here (benchmarks/, scenario 3).
     sys.modules.setdefault("invoke", None)  # None: `import invoke` raises ImportError
     from mpiwait.probes import ProbeConfig, Prober
     from mpiwait.sshconfig import SSHResolver
@@ -86,9 +87,13 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     if settings.dry_run:
         _print_plan(names, prober, first)
         return ExitCode.OK
-    prober.preflight(names)  # unusable key files: exit 3 before any waiting
+    # ssh settings ssh would refuse (exit 2), unusable key files (exit 3): before any waiting
+    prober.preflight(names)
 
     notes: list[str] = []
+    agent = resolver.agent_note() if settings.check is Check.SSH else None
+    if agent:
+        notes.append(agent)
     if settings.check is Check.SSH and not resolver.config_sets_host_key_policy():
         notes.append(
             "no ssh config sets StrictHostKeyChecking: accepting unknown host keys without "

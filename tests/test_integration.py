@@ -643,6 +643,35 @@ def test_host_key_type_listed_in_known_hosts_is_the_one_checked(
     assert text in run.stderr, run
 
 
+@pytest.mark.parametrize(
+    ("listed_as", "alias"),
+    [("alias.mpi", "Alias.MPI"), ("{addr}:{port}", None)],
+    ids=["HostKeyAlias", "address-and-port"],
+)
+def test_known_hosts_name_is_ssh_s(lab: Lab, listed_as: str, alias: str | None) -> None:
+    """ssh looks the host key up under HostKeyAlias (lowercased, no port) when set, else under
+    [address]:port; under StrictHostKeyChecking yes mpiwait must find the same entry."""
+    c = cluster(lab, A)
+    server = c.servers[0]
+    _, kind, blob = server.host_key_line().split()[:3]
+    name = listed_as.format(addr=f"[{A}]", port=c.port)
+    known = lab.write("known_hosts", f"{name} {kind} {blob}\n")
+    before = f"Host *\n    HostKeyAlias {alias}\n" if alias else ""
+    cfg = ssh_config(
+        lab, port=c.port, identity=c.key, strict="yes", known_hosts=known, before=before
+    )
+    ssh = subprocess.run(
+        ["ssh", "-F", str(cfg), "-o", "BatchMode=yes", A, "true"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=30,
+    )
+    assert ssh.returncode == 0, ssh.stderr  # what mpirun's ssh does
+    run = mpiwait(lab, "-F", str(cfg), "--hosts", A, "--timeout", FAR_DEADLINE)
+    assert run.returncode == 0, run
+
+
 # ---------------------------------------------------------------------------------------------
 # 13: --remote-command
 
