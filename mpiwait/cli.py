@@ -172,6 +172,12 @@ class _WordList(click.Path):
 )
 @click.option("--dry-run", is_flag=True, help="Print hosts and SSH settings, then exit.")
 @click.option(
+    "--list-ready",
+    is_flag=True,
+    help="Print the hosts that pass the check now as host[:slots] lines on stdout and exit 0, "
+    "without waiting (for horovodrun --host-discovery-script).",
+)
+@click.option(
     "--log-format",
     type=click.Choice([f.value for f in LogFormat]),
     default=LogFormat.TEXT.value,
@@ -204,6 +210,13 @@ def command_line(ctx: click.Context, **params: object) -> Settings:
             ctx,
         )
 
+    if params["list_ready"] and params["command"]:
+        raise click.UsageError(
+            "--list-ready takes no COMMAND (it prints hosts for horovodrun to read)", ctx
+        )
+    if params["list_ready"] and params["dry_run"]:
+        raise click.UsageError("--list-ready and --dry-run cannot be combined", ctx)
+
     def explicit(name: str) -> bool:
         return ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
 
@@ -229,6 +242,7 @@ def command_line(ctx: click.Context, **params: object) -> Settings:
         parallel=int(params["parallel"]),  # type: ignore[call-overload]
         probe_rate=float(params["probe_rate"]),  # type: ignore[arg-type]
         dry_run=bool(params["dry_run"]),
+        list_ready=bool(params["list_ready"]),
         log_format=LogFormat(params["log_format"]),
         quiet=bool(params["quiet"]),
         termination_log=params["termination_log"],  # type: ignore[arg-type]

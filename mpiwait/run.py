@@ -31,6 +31,12 @@ _END_STATUS = {
 
 def run(settings: Settings, environ: Mapping[str, str]) -> int:
     """Wait, then exec COMMAND (never returns in that case) or return the exit status."""
+    if settings.list_ready:
+        # Run every second by horovodrun, inside its container: its failures are horovodrun's
+        # to report, and a termination log left by one bad call would outlive it.
+        from mpiwait.listready import list_ready
+
+        return list_ready(settings, environ)
     try:
         return _run(settings, environ)
     except MpiwaitError as exc:

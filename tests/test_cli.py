@@ -125,6 +125,7 @@ OPTION_CASES = [
     (["--probe-rate", "0"], {"probe_rate": 0.0}),
     (["--probe-rate", "12.5"], {"probe_rate": 12.5}),
     (["--dry-run"], {"dry_run": True}),
+    (["--list-ready"], {"list_ready": True}),
     (["--log-format", "json"], {"log_format": LogFormat.JSON}),
     (["--log-format", "text"], {"log_format": LogFormat.TEXT}),
     (["-q"], {"quiet": True}),
@@ -986,3 +987,25 @@ def test_a_source_that_fails_while_waiting_keeps_the_last_good_list(tmp_path: Pa
     assert stream.getvalue().count("warning: keeping the hosts read before") == 1
     sources.fail = False
     assert read()[0] == ("w1", "w2", "w3")  # retried on the next round
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--list-ready", "mpirun"], "--list-ready takes no COMMAND"),
+        (["--list-ready", "--", "true"], "--list-ready takes no COMMAND"),
+        (["--list-ready", "--dry-run"], "--list-ready and --dry-run cannot be combined"),
+    ],
+)
+def test_list_ready_refuses_what_it_cannot_do(
+    capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    assert cli.parse(argv) == ExitCode.USAGE
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and says in err
+
+
+def test_a_word_after_list_ready_options_is_still_command_not_an_option() -> None:
+    # Everything from the first non-option is COMMAND: --list-ready after it is COMMAND's.
+    settings = parse("--hosts=a", "mpirun", "--list-ready")
+    assert settings.command == ("mpirun", "--list-ready") and not settings.list_ready
