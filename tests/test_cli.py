@@ -241,6 +241,7 @@ ENV_CASES = [
     ({"MPIWAIT_PARALLEL": "16"}, {"parallel": 16}),
     ({"MPIWAIT_PROBE_RATE": "50"}, {"probe_rate": 50.0}),
     ({"MPIWAIT_DRY_RUN": "1"}, {"dry_run": True}),
+    ({"MPIWAIT_LIST_READY": "1"}, {"list_ready": True}),
     ({"MPIWAIT_LOG_FORMAT": "json"}, {"log_format": LogFormat.JSON}),
     ({"MPIWAIT_QUIET": "yes"}, {"quiet": True}),
     ({"MPIWAIT_TERMINATION_LOG": "/e/log"}, {"termination_log": Path("/e/log")}),
