@@ -93,6 +93,14 @@ DISCOVER_EXEC_TIMEOUT = 10.0
 # the name is in /etc/hosts and the lookup takes microseconds.
 SELF_LOOKUP_TIMEOUT = 2.0
 
+# Name lookups outstanding at once, stuck ones included (mpiwait/resolver.py). A lookup gets the
+# connect timeout like every stage; one that a resolver keeps longer (Docker's embedded DNS took
+# ~10 s for a container not started yet) goes on in the background on its own thread. As many as
+# the default --parallel: a healthy resolver answers in milliseconds and never needs more, and
+# a broken one costs at most this many threads; lookups past it report "resolver busy" and are
+# retried like any other not-yet.
+MAX_PENDING_LOOKUPS = 32
+
 # --list-ready (horovodrun --host-discovery-script, run every second): a host that passed its
 # check within this many seconds is listed again without a new login (each host re-checked
 # after between half of it and all of it, so hosts that came up together spread out). Horovod
