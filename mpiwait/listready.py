@@ -9,25 +9,38 @@ line each on stdout. It never waits for anyone: a source that lists nobody, or h
 not ready, give fewer lines and exit 0 (a non-zero exit on Horovod's first call fails the job);
 only bad input (no source, a malformed file, an unusable key) exits non-zero.
 
-Recent passes are remembered between calls (readycache.py), so a steady state of 64 ready
-hosts costs a fraction of 64 logins per second.
+Recent passes are remembered between calls (readycache.py): between logins, which come every
+15-30 s per host (LIST_READY_RECHECK), a host stays listed while its name resolves to the
+addresses it had when it passed. A steady state of 64 ready hosts then costs 64 name lookups and
+a few logins a call, and no paramiko import at all on the calls where no login is due.
 """
 
 from __future__ import annotations
 
+import os
+import pwd
 import queue
 import sys
 import threading
 import time
-from collections.abc import Mapping
-from typing import TextIO
+from collections.abc import Callable, Mapping
+from typing import TextIO, TypeVar
 
 from mpiwait import readycache
 from mpiwait.errors import InputError
 from mpiwait.events import Outcome, Stage, Status
 from mpiwait.hosts import Host, HostSources, SelfNames, Snapshot, _is_ipv6
 from mpiwait.report import Reporter
-from mpiwait.settings import DISCOVER_EXEC_TIMEOUT, LIST_READY_CACHE_TTL, Settings
+from mpiwait.resolver import LookupTimeout, Resolver, ResolverBusy
+from mpiwait.settings import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DISCOVER_EXEC_TIMEOUT,
+    LIST_READY_RECHECK,
+    MAX_PENDING_LOOKUPS,
+    Settings,
+)
+
+T = TypeVar("T")
 
 
 def list_ready(settings: Settings, environ: Mapping[str, str], out: TextIO | None = None) -> int:
@@ -65,6 +78,52 @@ def list_ready(settings: Settings, environ: Mapping[str, str], out: TextIO | Non
         _print(out, _self_hosts(snapshot))
         return 0
 
+    timeout = settings.connect_timeout or DEFAULT_CONNECT_TIMEOUT
+    lookups = Resolver(MAX_PENDING_LOOKUPS)
+    cache = readycache.ReadyCache.at(
+        readycache.cache_dir(environ), _settings_key(settings, environ), LIST_READY_RECHECK
+    )
+    remembered = cache.load()
+    now = readycache.now()
+    recent = {
+        h.name: remembered[h.name]
+        for h in listed
+        if cache.fresh(remembered.get(h.name), h.name, now)
+    }
+
+    def unchanged(name: str) -> bool:
+        entry = recent[name]
+        return _addresses(lookups, entry.address, entry.port, timeout) == entry.addresses
+
+    # Between logins a host stays listed while its name resolves as it did when it passed.
+    same = _run_all(unchanged, list(recent), settings, timeout)
+    keep = {name: recent[name] for name, ok in same.items() if ok}
+    to_probe = [h.name for h in listed if h.name not in keep]
+    outcomes: dict[str, tuple[Outcome, readycache.Entry | None]] = {}
+    if to_probe:
+        outcomes = _probe(settings, lookups, to_probe)
+
+    ready: list[Host] = []
+    for host in listed:
+        outcome, entry = outcomes.get(host.name, (None, None))
+        if host.name in keep:
+            ready.append(host)
+        elif outcome is not None and outcome.status is Status.READY:
+            if entry is not None:
+                keep[host.name] = entry
+            ready.append(host)
+        elif outcome is not None and outcome.status is Status.FATAL:
+            # Time will not fix it and Horovod would blacklist the host: say why, every call.
+            reporter.info(f"warning: {host.name} not listed: {outcome.detail}")
+    cache.save(keep)
+    _print(out, [*_self_hosts(snapshot), *ready])
+    return 0
+
+
+def _probe(
+    settings: Settings, lookups: Resolver, hosts: list[str]
+) -> dict[str, tuple[Outcome, readycache.Entry | None]]:
+    """One full attempt at each host, as the wait makes it; for a pass, what it resolved to."""
     sys.modules.setdefault("invoke", None)  # as in run.py: paramiko imports it for nothing
     from mpiwait.probes import ProbeConfig, Prober
     from mpiwait.sshconfig import SSHResolver
@@ -76,37 +135,60 @@ def list_ready(settings: Settings, environ: Mapping[str, str], out: TextIO | Non
         identity_files=settings.identity_files,
     )
     prober = Prober(
-        ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command), resolver
+        ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command),
+        resolver,
+        lookups=lookups,
     )
-    cache = readycache.ReadyCache.at(
-        readycache.cache_dir(environ), _settings_key(settings), LIST_READY_CACHE_TTL
-    )
-    remembered = cache.load()
-    now = readycache.now()
-    checks = {h.name: _what(prober, h.name) for h in listed}
-    fresh = {
-        name for name, what in checks.items() if cache.fresh(remembered.get(name), name, what, now)
-    }
-    to_probe = [name for name in checks if name not in fresh]
-    if to_probe:
-        prober.preflight(tuple(to_probe))  # an unusable key file: exit 3, as for the wait
-    outcomes = _probe_all(prober, to_probe, settings)
+    prober.preflight(tuple(hosts))  # an unusable key file: exit 3, as for the wait
 
-    keep: dict[str, tuple[float, str]] = {n: remembered[n] for n in fresh}
-    ready: list[Host] = []
-    for host in listed:
-        outcome = outcomes.get(host.name)
-        if host.name in fresh:
-            ready.append(host)
-        elif outcome is not None and outcome.status is Status.READY:
-            keep[host.name] = (readycache.now(), checks[host.name])
-            ready.append(host)
-        elif outcome is not None and outcome.status is Status.FATAL:
-            # Time will not fix it and Horovod would blacklist the host: say why, every call.
-            reporter.info(f"warning: {host.name} not listed: {outcome.detail}")
-    cache.save(keep)
-    _print(out, [*_self_hosts(snapshot), *ready])
-    return 0
+    def attempt(name: str) -> tuple[Outcome, readycache.Entry | None]:
+        try:
+            outcome = prober.attempt(name)
+        except Exception as exc:  # a probe bug must not fail Horovod's discovery
+            return Outcome(Status.RETRY, Stage.SSH, "unexpected", str(exc)), None
+        if outcome.status is not Status.READY:
+            return outcome, None
+        target = prober.target(name)
+        found = _addresses(lookups, target.address, target.port, prober.timeout_for(target))
+        if found is None:
+            return outcome, None
+        return outcome, readycache.Entry(readycache.now(), target.address, target.port, found)
+
+    budget = max(prober.timeout_for(prober.target(h)) for h in hosts)
+    return _run_all(attempt, hosts, settings, budget)
+
+
+def _addresses(
+    lookups: Resolver, address: str, port: int, timeout: float
+) -> tuple[str, ...] | None:
+    try:
+        infos = lookups.resolve(address, port, timeout)
+    except (OSError, UnicodeError, LookupTimeout, ResolverBusy):
+        return None
+    return tuple(sorted({info[4][0] for info in infos}))
+
+
+def _settings_key(settings: Settings, environ: Mapping[str, str]) -> str:
+    """Everything a pass depends on besides the host: options, and the files ssh would read."""
+    try:
+        home = pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        home = environ.get("HOME", "/")
+    if settings.ssh_config is not None:
+        configs = [str(settings.ssh_config)]
+    else:
+        configs = [f"{home}/.ssh/config", "/etc/ssh/ssh_config", "/etc/ssh/ssh_config.d"]
+    files = [*configs, *(str(p) for p in settings.identity_files), f"{home}/.ssh"]
+    return readycache.fingerprint(
+        [
+            settings.check.value,
+            settings.port,
+            settings.user,
+            settings.remote_command,
+            settings.connect_timeout,
+            *readycache.file_signatures(files),
+        ]
+    )
 
 
 def _self_hosts(snapshot: Snapshot) -> list[Host]:
@@ -120,51 +202,21 @@ def _print(out: TextIO, hosts: list[Host]) -> None:
     out.flush()
 
 
-def _what(prober, host: str) -> str:
-    """Everything a pass depends on for this host: a change of any of it means check again."""
-    target = prober.target(host)
-    return readycache.fingerprint(
-        [
-            target.address,
-            target.port,
-            target.user,
-            target.identity_files,
-            target.strict_host_key_checking,
-            target.known_hosts_files,
-        ]
-    )
-
-
-def _settings_key(settings: Settings) -> str:
-    return readycache.fingerprint(
-        [
-            settings.check.value,
-            settings.ssh_config,
-            settings.remote_command,
-            settings.hostfile if settings.hosts_option is None else "",
-            settings.discover_hosts if settings.hosts_option is None else "",
-        ]
-    )
-
-
-def _probe_all(prober, hosts: list[str], settings: Settings) -> dict[str, Outcome]:
-    """One attempt at each host, ``--parallel`` at a time and at most ``--probe-rate`` started
-    per second; whatever has not finished within the connect timeout is left out this time."""
+def _run_all(
+    fn: Callable[[str], T], hosts: list[str], settings: Settings, budget: float
+) -> dict[str, T]:
+    """``fn`` of each host, ``--parallel`` at a time and at most ``--probe-rate`` started per
+    second; whatever has not finished within ``budget`` seconds is left out this time."""
     if not hosts:
         return {}
-    budget = max(prober.timeout_for(prober.target(h)) for h in hosts)
     deadline = time.monotonic() + budget
     jobs: queue.SimpleQueue[str] = queue.SimpleQueue()
-    done: queue.SimpleQueue[tuple[str, Outcome]] = queue.SimpleQueue()
+    done: queue.SimpleQueue[tuple[str, T]] = queue.SimpleQueue()
 
     def work() -> None:
         while True:
             host = jobs.get()
-            try:
-                outcome = prober.attempt(host)
-            except Exception as exc:  # a probe bug must not fail Horovod's discovery
-                outcome = Outcome(Status.RETRY, Stage.SSH, "unexpected", str(exc))
-            done.put((host, outcome))
+            done.put((host, fn(host)))
 
     for _ in range(min(settings.parallel, len(hosts))):
         # Daemon threads: one stuck in a connect must not keep the process alive after the
@@ -174,9 +226,9 @@ def _probe_all(prober, hosts: list[str], settings: Settings) -> dict[str, Outcom
     rate = settings.probe_rate
     burst = settings.parallel
     t0 = time.monotonic()
-    outcomes: dict[str, Outcome] = {}
+    results: dict[str, T] = {}
     started = 0
-    while len(outcomes) < len(hosts):
+    while len(results) < len(hosts):
         now = time.monotonic()
         if now >= deadline:
             break
@@ -188,8 +240,8 @@ def _probe_all(prober, hosts: list[str], settings: Settings) -> dict[str, Outcom
         if started < len(hosts):
             wait = min(wait, t0 + (started + 1 - burst) / rate - now)
         try:
-            host, outcome = done.get(timeout=max(wait, 0.001))
+            host, result = done.get(timeout=max(wait, 0.001))
         except queue.Empty:
             continue
-        outcomes[host] = outcome
-    return outcomes
+        results[host] = result
+    return results

@@ -1,8 +1,9 @@
 """Which hosts passed a check recently, remembered between runs of ``mpiwait --list-ready``.
 
 horovodrun runs its discovery script every second; logging into every host on every call would
-cost ~10 ms of sshd work per host per second. A host that passed within a few seconds is listed
-again without a new login. The memory is one small JSON file in a directory only this uid can
+cost ~10 ms of sshd work per host per second. A host that passed recently, and whose name still
+resolves to the addresses it had then, is listed again without a new login (listready.py). The
+memory is one small JSON file in a directory only this uid can
 write: ``$XDG_RUNTIME_DIR``, else ``/dev/shm`` (a tmpfs in every container, writable even with a
 read-only root filesystem), else the temporary directory. Where none is usable, nothing is
 remembered and every call checks every host: slower, never wrong.
@@ -67,9 +68,37 @@ def fingerprint(values: Sequence[object]) -> str:
     return hashlib.sha256(json.dumps([str(v) for v in values]).encode()).hexdigest()[:16]
 
 
+def file_signatures(paths: Sequence[str]) -> list[object]:
+    """What identifies the current content of each file (a directory: of each entry in it),
+    without reading it: a changed ssh config or a rotated key then means "check again"."""
+    out: list[object] = []
+    for path in paths:
+        try:
+            info = os.stat(path)  # follows the symlinks of a Kubernetes Secret volume
+        except OSError:
+            out.append((path, None))
+            continue
+        out.append((path, info.st_ino, info.st_size, info.st_mtime_ns))
+        if stat.S_ISDIR(info.st_mode):
+            with contextlib.suppress(OSError):
+                entries = sorted(e for e in os.listdir(path) if not e.startswith(".."))
+                out += file_signatures([os.path.join(path, e) for e in entries][:256])
+    return out
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One host that passed: when (CLOCK_MONOTONIC), and where its name pointed then."""
+
+    at: float
+    address: str  # what was looked up (ssh config's HostName, else the name)
+    port: int
+    addresses: tuple[str, ...]  # the answer, sorted
+
+
 @dataclass(frozen=True)
 class ReadyCache:
-    """host -> (when it passed, on CLOCK_MONOTONIC; what was checked), in one file."""
+    """host -> Entry, in one file named after the settings the passes depend on."""
 
     path: str | None  # None: remember nothing
     ttl: float
@@ -80,7 +109,7 @@ class ReadyCache:
             return cls(None, ttl)
         return cls(os.path.join(directory, f"ready-{settings_key}.json"), ttl)
 
-    def load(self) -> dict[str, tuple[float, str]]:
+    def load(self) -> dict[str, Entry]:
         if self.path is None:
             return {}
         flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
@@ -106,29 +135,30 @@ class ReadyCache:
             if record.get("version") != _VERSION:
                 return {}
             return {
-                str(host): (float(at), str(what)) for host, (at, what) in record["hosts"].items()
+                str(host): Entry(float(at), str(address), int(port), tuple(map(str, addresses)))
+                for host, (at, address, port, addresses) in record["hosts"].items()
             }
         except (ValueError, TypeError, KeyError, AttributeError):
             return {}
 
-    def fresh(self, entry: tuple[float, str] | None, host: str, what: str, now: float) -> bool:
-        """Whether ``host`` passed the same check (``what``) recently enough to skip it.
+    def fresh(self, entry: Entry | None, host: str, now: float) -> bool:
+        """Whether ``host`` passed recently enough to be spared a login.
 
         Each host keeps its own period, between half the TTL and the TTL, so that hosts which
-        came up together are not all checked again by the same call.
+        came up together are not all due in the same call.
         """
         if entry is None or self.path is None:
             return False
-        at, checked = entry
         spread = 0.5 + 0.5 * (zlib.crc32(host.encode()) / 0xFFFFFFFF)
-        return checked == what and at <= now < at + self.ttl * spread
+        return entry.at <= now < entry.at + self.ttl * spread
 
-    def save(self, hosts: Mapping[str, tuple[float, str]]) -> None:
+    def save(self, hosts: Mapping[str, Entry]) -> None:
         """Replace the file atomically; failures are ignored (the next call checks again)."""
         if self.path is None:
             return
         directory = os.path.dirname(self.path)
-        data = json.dumps({"version": _VERSION, "hosts": hosts}).encode()
+        record = {host: [e.at, e.address, e.port, list(e.addresses)] for host, e in hosts.items()}
+        data = json.dumps({"version": _VERSION, "hosts": record}).encode()
         try:
             fd, tmp = tempfile.mkstemp(prefix=".ready-", dir=directory)
         except OSError:

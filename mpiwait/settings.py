@@ -101,13 +101,16 @@ SELF_LOOKUP_TIMEOUT = 2.0
 # retried like any other not-yet.
 MAX_PENDING_LOOKUPS = 32
 
-# --list-ready (horovodrun --host-discovery-script, run every second): a host that passed its
-# check within this many seconds is listed again without a new login (each host re-checked
-# after between half of it and all of it, so hosts that came up together spread out). Horovod
-# ssh's only into hosts new to it, so a stale "ready" matters only for a host that was gone
-# from the list and comes back within it; 5 s keeps that window as short as Kubernetes' own
-# DNS TTL, and cuts the logins of 64 ready hosts from 64 to ~17 per call.
-LIST_READY_CACHE_TTL = 5.0
+# --list-ready (horovodrun --host-discovery-script, run every second). A host that passed a
+# login is logged into again only after between half of this and all of it (spread per host, so
+# hosts that came up together do not all come due in the same call); on the calls in between it
+# is listed if its name still resolves to the addresses it had when it passed. A pod that is
+# deleted, evicted or rescheduled loses its DNS record or changes address, so that check catches
+# what matters at the cost of a name lookup instead of ~10 ms of sshd work per host per second;
+# what it cannot see (sshd dying inside a pod that keeps its address) is caught within this
+# bound. Horovod ssh's only into hosts new to it, so only a host coming back to the list within
+# the bound could meet that case. 64 ready hosts: ~3 logins a call instead of 64.
+LIST_READY_RECHECK = 30.0
 
 # Kubernetes shows this file's content in `kubectl describe pod` when the container fails.
 DEFAULT_TERMINATION_LOG = Path("/dev/termination-log")

@@ -71,16 +71,33 @@ def test_lists_only_hosts_that_accept_a_login_in_horovods_form(bed, tmp_path: Pa
     assert _horovod_contract(r.stdout) == {"w1": 2, "w2": 3}
     assert [_logins(b, i) for i in range(2)] == [1, 1]
 
-    # Called again at once: the two are listed from the memory of the last call, no new login.
+    # Called again at once: the two are listed from the memory of the last call, no login.
     r = _list(b, tmp_path, "--hostfile", str(hostfile))
     assert sorted(r.stdout.splitlines()) == ["w1:2", "w2:3"], r.stdout
     assert [_logins(b, i) for i in range(2)] == [1, 1]
+
+    # A host whose name goes away (its pod deleted) is no longer listed, memory or not.
+    b.unpublish(1)
+    r = _list(b, tmp_path, "--hostfile", str(hostfile))
+    assert r.stdout == "w1:2\n", r.stdout
+    b.publish(1)
 
     b.start_sshd(2)
     b.publish(3)
     r = _list(b, tmp_path, "--hostfile", str(hostfile))
     assert r.returncode == 0, r.stderr
     assert sorted(r.stdout.splitlines()) == ["w1:2", "w2:3", "w3:1", "w4"], r.stdout
+
+    # Every host ready and remembered: no login, and not even paramiko is loaded.
+    logins = [_logins(b, i) for i in range(4)]
+    r = b.run(
+        [sys.executable, "-X", "importtime", *MPIWAIT[1:], "--list-ready", "--hostfile",
+         str(hostfile)],
+        env=_env(tmp_path), timeout=60, cwd=REPO,
+    )  # fmt: skip
+    assert sorted(r.stdout.splitlines()) == ["w1:2", "w2:3", "w3:1", "w4"], r.stdout
+    assert [_logins(b, i) for i in range(4)] == logins
+    assert not [ln for ln in r.stderr.splitlines() if ln.endswith("| paramiko")]
 
 
 @pytest.mark.root
