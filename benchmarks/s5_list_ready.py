@@ -34,14 +34,16 @@ def measure(hosts: int, calls: int, colds: int, workdir: Path) -> dict:
         lb.bed.wait_listening([0])
         argv = [PY, "-m", "mpiwait", "--list-ready", "--hostfile", str(lb.hostfile)]
 
-        def call(runtime: Path) -> tuple[float, int, int]:
+        def call(runtime: Path) -> tuple[float, float, int]:
             tail = LogTail(lb.sshd_log)
             env = bench_env(cache, {"XDG_RUNTIME_DIR": str(runtime)})
             r = run_measured(lb.client_cmd(argv), env=lb.bed._env(env), timeout=120)
             if r.rc != 0:
                 raise SystemExit(f"mpiwait --list-ready failed ({r.rc}): {r.stderr[-500:]}")
             logins, _ = sshd_logins(tail.read())
-            return r.wall, len(r.stdout.splitlines()), logins
+            if len(r.stdout.splitlines()) != hosts:
+                raise SystemExit(f"listed {len(r.stdout.splitlines())} of {hosts}: {r.stderr}")
+            return r.wall, r.cpu, logins
 
         floor = [
             run_measured(lb.client_cmd([PY, "-c", "pass"]), env=lb.bed._env(bench_env(cache)),
@@ -63,16 +65,16 @@ def measure(hosts: int, calls: int, colds: int, workdir: Path) -> dict:
             if k:  # the first call of the series is a cold one
                 steady.append(result)
             time.sleep(max(0.0, 1.0 - (time.monotonic() - began)))
-    listed = {n for _, n, _ in cold + steady}
     return {
         "scenario": "list-ready",
         "hosts": hosts,
         "python_pass_s": Stat.of(floor).as_dict(),
         "cold_s": Stat.of(w for w, _, _ in cold).as_dict(),
+        "cold_cpu_s": Stat.of(c for _, c, _ in cold).as_dict(),
         "cold_logins": Stat.of(lg for _, _, lg in cold).as_dict(),
         "steady_s": Stat.of(w for w, _, _ in steady).as_dict(),
+        "steady_cpu_s": Stat.of(c for _, c, _ in steady).as_dict(),
         "steady_logins": Stat.of(lg for _, _, lg in steady).as_dict(),
-        "hosts_listed": sorted(listed),
         "target_s": TARGET_S,
     }
 
@@ -87,18 +89,22 @@ def main(argv: list[str] | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="mpiwait-bench-") as work:
         res = measure(args.hosts, args.calls, args.colds, Path(work))
     print(f"mpiwait --list-ready, {res['hosts']} ready hosts (target {TARGET_S * 1000:.0f} ms)")
-    for label, key, logins in (
-        ("python -c pass", "python_pass_s", None),
-        ("cold (nothing remembered)", "cold_s", "cold_logins"),
-        ("steady (1 call/s)", "steady_s", "steady_logins"),
+    for label, key in (
+        ("python -c pass", "python_pass_s"),
+        ("cold (nothing remembered)", "cold_s"),
+        ("steady (1 call/s)", "steady_s"),
     ):
         s = res[key]
         line = (
-            f"  {label:28} median {s['median'] * 1000:4.0f} ms  p95 {s['p95'] * 1000:4.0f} ms"
-            f"  max {s['max'] * 1000:4.0f} ms  (n={s['n']})"
+            f"  {label:27} wall median {s['median'] * 1000:4.0f} ms  p95 {s['p95'] * 1000:4.0f}"
+            f"  max {s['max'] * 1000:4.0f} ms (n={s['n']})"
         )
-        if logins:
-            line += f"  logins/call median {res[logins]['median']:.0f}"
+        if key != "python_pass_s":
+            cpu, logins = res[key.replace("_s", "_cpu_s")], res[key.replace("_s", "_logins")]
+            line += (
+                f"; CPU median {cpu['median'] * 1000:3.0f} ms; logins/call median "
+                f"{logins['median']:.0f} max {logins['max']:.0f}"
+            )
         print(line)
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)

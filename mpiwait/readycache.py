@@ -27,6 +27,8 @@ from dataclasses import dataclass
 # A file far larger than any real job's entries is not ours to parse.
 _MAX_BYTES = 4 * 1024 * 1024
 _VERSION = 1
+# Logins that come due are gathered into one call in this many (see ReadyCache.fresh).
+_DUE_EVERY = 5.0
 
 
 def _private_dir(base: str) -> str | None:
@@ -145,12 +147,17 @@ class ReadyCache:
         """Whether ``host`` passed recently enough to be spared a login.
 
         Each host keeps its own period, between half the TTL and the TTL, so that hosts which
-        came up together are not all due in the same call.
+        came up together do not all come due in one call; due times are then rounded down to
+        a multiple of ``_DUE_EVERY`` seconds, so that the few hosts due in a row of calls are
+        checked together by one call, and the calls in between load no SSH code at all.
         """
         if entry is None or self.path is None:
             return False
         spread = 0.5 + 0.5 * (zlib.crc32(host.encode()) / 0xFFFFFFFF)
-        return entry.at <= now < entry.at + self.ttl * spread
+        due = entry.at + self.ttl * spread
+        if self.ttl >= 4 * _DUE_EVERY:
+            due = max(entry.at + self.ttl / 4, due // _DUE_EVERY * _DUE_EVERY)
+        return entry.at <= now < due
 
     def save(self, hosts: Mapping[str, Entry]) -> None:
         """Replace the file atomically; failures are ignored (the next call checks again)."""

@@ -43,9 +43,9 @@ def test_freshness_is_bounded_and_spread_per_host() -> None:
     for k in range(64):
         host = f"h{k}"
         lasts = [t for t in range(0, 31) if cache.fresh(_entry(0.0), host, float(t))]
-        assert 15 <= len(lasts) <= 30, (host, lasts)
+        assert 8 <= len(lasts) <= 30, (host, lasts)
         periods.add(len(lasts))
-    assert len(periods) > 5  # hosts that passed together do not all come due together
+    assert len(periods) >= 3  # hosts that passed together do not all come due together
 
 
 def test_no_directory_or_no_ttl_remembers_nothing(tmp_path: Path) -> None:
@@ -94,3 +94,13 @@ def test_file_signatures_change_with_content(tmp_path: Path) -> None:
     before = readycache.file_signatures([str(key.parent), str(tmp_path / "missing")])
     key.write_text("two, longer")
     assert readycache.file_signatures([str(key.parent), str(tmp_path / "missing")]) != before
+
+
+def test_hosts_due_for_a_login_come_due_together() -> None:
+    cache = ReadyCache("/nowhere/file", 30.0)
+    due = set()
+    for k in range(64):
+        entry = Entry(1000.0, f"h{k}", 22, ())
+        due.add(next(t for t in range(1000, 1031) if not cache.fresh(entry, f"h{k}", float(t))))
+    # 64 hosts that passed at once come due in at most four calls (one each 5 s), not 15.
+    assert len(due) <= 4, sorted(due)
