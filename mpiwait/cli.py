@@ -190,7 +190,8 @@ class _WordList(click.Path):
     type=click.Path(path_type=Path, readable=False),  # only ever written
     default=DEFAULT_TERMINATION_LOG,
     show_default=True,
-    help="Where to leave the failure summary for `kubectl describe pod` (if it exists).",
+    help="Where to leave the failure summary for `kubectl describe pod` (the default only if "
+    "it exists; a path given is created).",
 )
 @click.version_option(__version__, "-V", "--version", prog_name="mpiwait")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -246,6 +247,7 @@ def command_line(ctx: click.Context, **params: object) -> Settings:
         log_format=LogFormat(params["log_format"]),
         quiet=bool(params["quiet"]),
         termination_log=params["termination_log"],  # type: ignore[arg-type]
+        termination_log_explicit=explicit("termination_log"),
     )
 
 

@@ -44,7 +44,9 @@ def run(settings: Settings, environ: Mapping[str, str]) -> int:
         # there, a malformed hostfile) end the container just as a deadline does: Kubernetes
         # shows the reason in `kubectl describe pod` only if it is in the termination log.
         lines = [f"error: {exc.message}"] + ([f"hint: {exc.hint}"] if exc.hint else [])
-        write_termination_log(settings.termination_log, lines)
+        write_termination_log(
+            settings.termination_log, lines, create=settings.termination_log_explicit
+        )
         raise
 
 
@@ -120,7 +122,9 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
         if settings.command:
             exec_command(settings.command)
         return ExitCode.OK
-    write_termination_log(settings.termination_log, summary_lines(result))
+    write_termination_log(
+        settings.termination_log, summary_lines(result), create=settings.termination_log_explicit
+    )
     if result.end is End.INTERRUPTED:
         return 128 + (signal.SIGTERM if result.signal_name == "SIGTERM" else signal.SIGINT)
     return _END_STATUS[result.end]

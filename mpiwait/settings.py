@@ -145,3 +145,4 @@ class Settings:
     log_format: LogFormat = LogFormat.TEXT
     quiet: bool = False
     termination_log: Path | None = DEFAULT_TERMINATION_LOG
+    termination_log_explicit: bool = False  # named by the user: created if it does not exist

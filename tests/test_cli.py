@@ -130,7 +130,10 @@ OPTION_CASES = [
     (["--log-format", "text"], {"log_format": LogFormat.TEXT}),
     (["-q"], {"quiet": True}),
     (["--quiet"], {"quiet": True}),
-    (["--termination-log", "/x/log"], {"termination_log": Path("/x/log")}),
+    (
+        ["--termination-log", "/x/log"],
+        {"termination_log": Path("/x/log"), "termination_log_explicit": True},
+    ),
 ]
 
 
@@ -213,6 +216,7 @@ def test_all_options_together() -> None:
         log_format=LogFormat.JSON,
         quiet=True,
         termination_log=Path("/t"),
+        termination_log_explicit=True,
     )
 
 
@@ -244,7 +248,10 @@ ENV_CASES = [
     ({"MPIWAIT_LIST_READY": "1"}, {"list_ready": True}),
     ({"MPIWAIT_LOG_FORMAT": "json"}, {"log_format": LogFormat.JSON}),
     ({"MPIWAIT_QUIET": "yes"}, {"quiet": True}),
-    ({"MPIWAIT_TERMINATION_LOG": "/e/log"}, {"termination_log": Path("/e/log")}),
+    (
+        {"MPIWAIT_TERMINATION_LOG": "/e/log"},
+        {"termination_log": Path("/e/log"), "termination_log_explicit": True},
+    ),
 ]
 EXPLICIT_BY_ENV = {
     "MPIWAIT_HOSTFILE": {"hostfile_explicit": True},
@@ -1010,3 +1017,11 @@ def test_a_word_after_list_ready_options_is_still_command_not_an_option() -> Non
     # Everything from the first non-option is COMMAND: --list-ready after it is COMMAND's.
     settings = parse("--hosts=a", "mpirun", "--list-ready")
     assert settings.command == ("mpirun", "--list-ready") and not settings.list_ready
+
+
+def test_termination_log_is_explicit_only_when_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MPIWAIT_TERMINATION_LOG", raising=False)
+    assert not parse().termination_log_explicit
+    assert parse("--termination-log=/t").termination_log_explicit
+    monkeypatch.setenv("MPIWAIT_TERMINATION_LOG", "/t")
+    assert parse().termination_log_explicit

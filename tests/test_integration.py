@@ -734,7 +734,7 @@ def test_json_log_on_unusable_key(lab: Lab) -> None:
     assert "does not exist" in records[-1]["message"]
 
 
-def test_termination_log_written_only_when_it_exists(lab: Lab) -> None:
+def test_termination_log_given_explicitly_is_written_even_when_absent(lab: Lab) -> None:
     port = lab.free_port(A)
     cfg = ssh_config(lab, port=port, identity=lab.key())
     existing = lab.write("termination-log", "")
@@ -749,7 +749,8 @@ def test_termination_log_written_only_when_it_exists(lab: Lab) -> None:
     message = existing.read_text()
     assert message.startswith("timed out after"), message
     assert f"tcp refused (1): {A}" in message, message
-    assert not absent.exists()
+    # Named by the user (flag or MPIWAIT_TERMINATION_LOG): made for them, same content.
+    assert absent.read_text() == message
 
 
 # ---------------------------------------------------------------------------------------------

@@ -530,6 +530,17 @@ def test_termination_log_not_created(tmp_path: Path) -> None:
     assert not (tmp_path / "no-dir").exists()
 
 
+def test_termination_log_named_by_the_user_is_created(tmp_path: Path) -> None:
+    log = tmp_path / "termination-log"
+    write_termination_log(log, ["timed out"], create=True)
+    assert log.read_text() == "timed out\n"
+    write_termination_log(tmp_path / "no-dir" / "log", ["timed out"], create=True)  # no error
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere")
+    write_termination_log(link, ["timed out"], create=True)
+    assert not (tmp_path / "elsewhere").exists()
+
+
 def test_termination_log_dangling_symlink_not_followed_into_a_new_file(tmp_path: Path) -> None:
     link = tmp_path / "termination-log"
     link.symlink_to(tmp_path / "target")
