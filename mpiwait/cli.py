@@ -260,7 +260,13 @@ def parse(argv: list[str]) -> Settings | int:
         envvar = _bad_envvar(exc, argv)
         if envvar:
             message = f"{message} (from {envvar})"
-        sys.stderr.write(f"mpiwait: error: {message} (see mpiwait --help)\n")
+        if _asks_for_json(argv):
+            # A program reading the JSON lines must not meet one line of plain text.
+            from mpiwait.report import Reporter
+
+            Reporter(LogFormat.JSON).error(message, "see mpiwait --help", exit_code=ExitCode.USAGE)
+        else:
+            sys.stderr.write(f"mpiwait: error: {message} (see mpiwait --help)\n")
         return ExitCode.USAGE
     except click.exceptions.Abort:
         return ExitCode.SIGINT
@@ -269,6 +275,32 @@ def parse(argv: list[str]) -> Settings | int:
     if isinstance(result, Settings):
         return result
     return int(result or 0)
+
+
+def _asks_for_json(argv: list[str]) -> bool:
+    """Whether the options (not COMMAND) choose --log-format json, by flag or environment.
+
+    Read from the words themselves, since the parse that failed may not have reached it.
+    """
+    takes_value = {
+        opt
+        for param in command_line.params
+        if isinstance(param, click.Option) and not param.is_flag and not param.count
+        for opt in param.opts
+    }
+    choice: str | None = None
+    words = iter(argv)
+    for word in words:
+        if word == "--" or not word.startswith("-") or word == "-":
+            break
+        name, equals, value = word.partition("=")
+        if name == "--log-format":
+            choice = value if equals else next(words, "")
+        elif not equals and word in takes_value:
+            next(words, None)
+    if choice is None:
+        choice = os.environ.get("MPIWAIT_LOG_FORMAT", "")
+    return choice == LogFormat.JSON.value
 
 
 def _bad_envvar(exc: click.exceptions.UsageError, argv: list[str]) -> str | None:

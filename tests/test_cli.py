@@ -1025,3 +1025,45 @@ def test_termination_log_is_explicit_only_when_named(monkeypatch: pytest.MonkeyP
     assert parse("--termination-log=/t").termination_log_explicit
     monkeypatch.setenv("MPIWAIT_TERMINATION_LOG", "/t")
     assert parse().termination_log_explicit
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (["--log-format", "json", "--timeout", "soon"], {}),
+        (["--log-format=json", "--bogus", "mpirun"], {}),
+        (["--hosts", "a", "--parallel", "0"], {"MPIWAIT_LOG_FORMAT": "json"}),
+        (["--log-format", "json", "--list-ready", "--", "true"], {}),
+    ],
+)
+def test_usage_errors_are_json_when_json_was_asked_for(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    env: dict[str, str],
+) -> None:
+    monkeypatch.delenv("MPIWAIT_LOG_FORMAT", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert cli.parse(argv) == ExitCode.USAGE
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    record = json.loads(err)
+    assert record["event"] == "error" and record["exit_code"] == 2
+    assert record["message"] and "mpiwait: error" not in record["message"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--log-format", "yaml"],  # the format itself is what is wrong
+        ["--timeout", "soon", "mpirun", "--log-format", "json"],  # COMMAND's, not ours
+        ["--hosts", "--log-format", "--timeout", "soon"],  # --log-format is --hosts' value
+    ],
+)
+def test_usage_errors_stay_text_otherwise(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    monkeypatch.delenv("MPIWAIT_LOG_FORMAT", raising=False)
+    assert cli.parse(argv) == ExitCode.USAGE
+    assert capsys.readouterr().err.startswith("mpiwait: error: ")
