@@ -11,7 +11,13 @@ from collections.abc import Callable, Mapping
 from mpiwait.errors import ExitCode, InputError, MpiwaitError
 from mpiwait.events import End, WaitStarted
 from mpiwait.hosts import HostSources, SelfNames, Snapshot
-from mpiwait.launch import check_remote_agent, exec_command, find_command, worker_role
+from mpiwait.launch import (
+    ROLE_VARIABLE,
+    check_remote_agent,
+    exec_command,
+    find_command,
+    worker_role,
+)
 from mpiwait.report import Reporter, summary_lines, write_termination_log
 from mpiwait.settings import (
     DISCOVER_EXEC_TIMEOUT,
@@ -55,6 +61,12 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     role = worker_role(environ)
     if role is not None:
         # One image serves launcher and workers: on a worker, step aside at once.
+        if settings.dry_run:
+            import shlex
+
+            print(f"# {ROLE_VARIABLE}={role}: not waiting for any host")
+            print(f"exec {shlex.join(settings.command)}" if settings.command else "exit 0")
+            return ExitCode.OK
         if not settings.command:
             reporter.info(f"K_MPI_JOB_ROLE={role}: nothing to wait for")
             return ExitCode.OK

@@ -410,6 +410,19 @@ def test_worker_role_without_command_exits_0(lab: Lab) -> None:
     assert run.elapsed < QUICK, run
 
 
+def test_worker_role_dry_run_prints_what_it_would_exec(lab: Lab) -> None:
+    marker = lab.path("ran")
+    env = base_env(lab, K_MPI_JOB_ROLE="worker")
+    run = mpiwait(lab, "--dry-run", "--", "touch", str(marker), "it's", env=env)
+    assert run.returncode == 0, run
+    assert run.stdout == (
+        f"# K_MPI_JOB_ROLE=worker: not waiting for any host\nexec touch {marker} 'it'\"'\"'s'\n"
+    ), run
+    assert not marker.exists()
+    run = mpiwait(lab, "--dry-run", env=env)
+    assert (run.returncode, run.stdout.splitlines()[-1]) == (0, "exit 0"), run
+
+
 # ---------------------------------------------------------------------------------------------
 # 8-9: configuration from the environment and from ssh config
 
