@@ -20,7 +20,13 @@ from dataclasses import dataclass
 from mpiwait.errors import InputError, PermanentError
 from mpiwait.events import Outcome, Stage, Status
 from mpiwait.keys import HostKeyPolicy, IdentityCache
-from mpiwait.settings import DEFAULT_CONNECT_TIMEOUT, REFUSED_ADDRESS_REUSE, Check
+from mpiwait.resolver import LookupTimeout, Resolver, ResolverBusy
+from mpiwait.settings import (
+    DEFAULT_CONNECT_TIMEOUT,
+    MAX_PENDING_LOOKUPS,
+    REFUSED_ADDRESS_REUSE,
+    Check,
+)
 from mpiwait.sshconfig import SSHResolver, SSHTarget
 
 READY = Outcome(Status.READY, Stage.READY, "ready")
@@ -54,11 +60,13 @@ class Prober:
         *,
         identities: IdentityCache | None = None,
         host_keys: HostKeyPolicy | None = None,
+        lookups: Resolver | None = None,
     ) -> None:
         self._config = config
         self._resolver = resolver
         self._identities = identities or IdentityCache()
         self._host_keys = host_keys or HostKeyPolicy()
+        self._lookups = lookups or Resolver(MAX_PENDING_LOOKUPS)
         self._targets: dict[str, SSHTarget] = {}
         # host -> (when looked up, getaddrinfo's answer), kept while its SSH port refuses
         self._refused: dict[str, tuple[float, list]] = {}
@@ -105,7 +113,15 @@ class Prober:
         else:
             looked_up = time.monotonic()
             try:
-                infos = socket.getaddrinfo(target.address, target.port, type=socket.SOCK_STREAM)
+                infos = self._lookups.resolve(target.address, target.port, timeout)
+            except LookupTimeout:
+                return _retry(Stage.DNS, "timeout", f"no answer from the resolver in {timeout:g}s")
+            except ResolverBusy:
+                return _retry(
+                    Stage.DNS,
+                    "resolver-busy",
+                    f"{MAX_PENDING_LOOKUPS} earlier lookups still unanswered",
+                )
             except socket.gaierror as exc:
                 return _retry(Stage.DNS, "unresolved", f"{target.address}: {exc.strerror or exc}")
             except UnicodeError:

@@ -11,7 +11,13 @@ from collections.abc import Callable, Mapping
 from mpiwait.errors import ExitCode, InputError, MpiwaitError
 from mpiwait.events import End, WaitStarted
 from mpiwait.hosts import HostSources, SelfNames, Snapshot
-from mpiwait.launch import check_remote_agent, exec_command, find_command, worker_role
+from mpiwait.launch import (
+    ROLE_VARIABLE,
+    check_remote_agent,
+    exec_command,
+    find_command,
+    worker_role,
+)
 from mpiwait.report import Reporter, summary_lines, write_termination_log
 from mpiwait.settings import (
     DISCOVER_EXEC_TIMEOUT,
@@ -31,6 +37,12 @@ _END_STATUS = {
 
 def run(settings: Settings, environ: Mapping[str, str]) -> int:
     """Wait, then exec COMMAND (never returns in that case) or return the exit status."""
+    if settings.list_ready:
+        # Run every second by horovodrun, inside its container: its failures are horovodrun's
+        # to report, and a termination log left by one bad call would outlive it.
+        from mpiwait.listready import list_ready
+
+        return list_ready(settings, environ)
     try:
         return _run(settings, environ)
     except MpiwaitError as exc:
@@ -38,7 +50,9 @@ def run(settings: Settings, environ: Mapping[str, str]) -> int:
         # there, a malformed hostfile) end the container just as a deadline does: Kubernetes
         # shows the reason in `kubectl describe pod` only if it is in the termination log.
         lines = [f"error: {exc.message}"] + ([f"hint: {exc.hint}"] if exc.hint else [])
-        write_termination_log(settings.termination_log, lines)
+        write_termination_log(
+            settings.termination_log, lines, create=settings.termination_log_explicit
+        )
         raise
 
 
@@ -47,6 +61,12 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     role = worker_role(environ)
     if role is not None:
         # One image serves launcher and workers: on a worker, step aside at once.
+        if settings.dry_run:
+            import shlex
+
+            print(f"# {ROLE_VARIABLE}={role}: not waiting for any host")
+            print(f"exec {shlex.join(settings.command)}" if settings.command else "exit 0")
+            return ExitCode.OK
         if not settings.command:
             reporter.info(f"K_MPI_JOB_ROLE={role}: nothing to wait for")
             return ExitCode.OK
@@ -119,7 +139,9 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
         if settings.command:
             exec_command(settings.command)
         return ExitCode.OK
-    write_termination_log(settings.termination_log, summary_lines(result))
+    write_termination_log(
+        settings.termination_log, summary_lines(result), create=settings.termination_log_explicit
+    )
     if result.end is End.INTERRUPTED:
         return 128 + (signal.SIGTERM if result.signal_name == "SIGTERM" else signal.SIGINT)
     return _END_STATUS[result.end]

@@ -126,11 +126,15 @@ OPTION_CASES = [
     (["--probe-rate", "0"], {"probe_rate": 0.0}),
     (["--probe-rate", "12.5"], {"probe_rate": 12.5}),
     (["--dry-run"], {"dry_run": True}),
+    (["--list-ready"], {"list_ready": True}),
     (["--log-format", "json"], {"log_format": LogFormat.JSON}),
     (["--log-format", "text"], {"log_format": LogFormat.TEXT}),
     (["-q"], {"quiet": True}),
     (["--quiet"], {"quiet": True}),
-    (["--termination-log", "/x/log"], {"termination_log": Path("/x/log")}),
+    (
+        ["--termination-log", "/x/log"],
+        {"termination_log": Path("/x/log"), "termination_log_explicit": True},
+    ),
 ]
 
 
@@ -213,6 +217,7 @@ def test_all_options_together() -> None:
         log_format=LogFormat.JSON,
         quiet=True,
         termination_log=Path("/t"),
+        termination_log_explicit=True,
     )
 
 
@@ -241,9 +246,13 @@ ENV_CASES = [
     ({"MPIWAIT_PARALLEL": "16"}, {"parallel": 16}),
     ({"MPIWAIT_PROBE_RATE": "50"}, {"probe_rate": 50.0}),
     ({"MPIWAIT_DRY_RUN": "1"}, {"dry_run": True}),
+    ({"MPIWAIT_LIST_READY": "1"}, {"list_ready": True}),
     ({"MPIWAIT_LOG_FORMAT": "json"}, {"log_format": LogFormat.JSON}),
     ({"MPIWAIT_QUIET": "yes"}, {"quiet": True}),
-    ({"MPIWAIT_TERMINATION_LOG": "/e/log"}, {"termination_log": Path("/e/log")}),
+    (
+        {"MPIWAIT_TERMINATION_LOG": "/e/log"},
+        {"termination_log": Path("/e/log"), "termination_log_explicit": True},
+    ),
 ]
 EXPLICIT_BY_ENV = {
     "MPIWAIT_HOSTFILE": {"hostfile_explicit": True},
@@ -1018,3 +1027,75 @@ def test_a_source_that_fails_while_waiting_keeps_the_last_good_list(tmp_path: Pa
     assert stream.getvalue().count("warning: keeping the hosts read before") == 1
     sources.fail = False
     assert read()[0] == ("w1", "w2", "w3")  # retried on the next round
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--list-ready", "mpirun"], "--list-ready takes no COMMAND"),
+        (["--list-ready", "--", "true"], "--list-ready takes no COMMAND"),
+        (["--list-ready", "--dry-run"], "--list-ready and --dry-run cannot be combined"),
+    ],
+)
+def test_list_ready_refuses_what_it_cannot_do(
+    capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    assert cli.parse(argv) == ExitCode.USAGE
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and says in err
+
+
+def test_a_word_after_list_ready_options_is_still_command_not_an_option() -> None:
+    # Everything from the first non-option is COMMAND: --list-ready after it is COMMAND's.
+    settings = parse("--hosts=a", "mpirun", "--list-ready")
+    assert settings.command == ("mpirun", "--list-ready") and not settings.list_ready
+
+
+def test_termination_log_is_explicit_only_when_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MPIWAIT_TERMINATION_LOG", raising=False)
+    assert not parse().termination_log_explicit
+    assert parse("--termination-log=/t").termination_log_explicit
+    monkeypatch.setenv("MPIWAIT_TERMINATION_LOG", "/t")
+    assert parse().termination_log_explicit
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (["--log-format", "json", "--timeout", "soon"], {}),
+        (["--log-format=json", "--bogus", "mpirun"], {}),
+        (["--hosts", "a", "--parallel", "0"], {"MPIWAIT_LOG_FORMAT": "json"}),
+        (["--log-format", "json", "--list-ready", "--", "true"], {}),
+    ],
+)
+def test_usage_errors_are_json_when_json_was_asked_for(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    env: dict[str, str],
+) -> None:
+    monkeypatch.delenv("MPIWAIT_LOG_FORMAT", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert cli.parse(argv) == ExitCode.USAGE
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    record = json.loads(err)
+    assert record["event"] == "error" and record["exit_code"] == 2
+    assert record["message"] and "mpiwait: error" not in record["message"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--log-format", "yaml"],  # the format itself is what is wrong
+        ["--timeout", "soon", "mpirun", "--log-format", "json"],  # COMMAND's, not ours
+        ["--hosts", "--log-format", "--timeout", "soon"],  # --log-format is --hosts' value
+    ],
+)
+def test_usage_errors_stay_text_otherwise(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    monkeypatch.delenv("MPIWAIT_LOG_FORMAT", raising=False)
+    assert cli.parse(argv) == ExitCode.USAGE
+    assert capsys.readouterr().err.startswith("mpiwait: error: ")

@@ -94,6 +94,8 @@ IMAGES: dict[str, ImageFacts] = {
         {0: ("root", "/root"), 1000: ("mpiuser", "/home/mpiuser")},
         {"ssh_config": OPERATOR_SSH_CONFIG},
     ),
+    # Horovod's image: root, sshd on port 22; its ssh_config is not relied upon.
+    "horovod/horovod:0.28.1": ImageFacts(None, {0: ("root", "/root")}, {}),
     "mpiwait-demo:latest": ImageFacts(
         COMPOSE_DIR / "Dockerfile",
         {0: ("root", "/root")},
@@ -112,6 +114,7 @@ WORKERS = {
     "run-launcher-as-worker.yaml": {"user": "mpiuser", "port": 2222},
     "trainer-v2.yaml": {"user": "mpiuser", "port": 2222},
     "compose.yaml": {"user": "root", "port": 22},
+    "horovod-elastic.yaml": {"user": "root", "port": 22},
 }
 
 
@@ -194,6 +197,20 @@ def runs_mpiwait(argv: list[str]) -> bool:
     return bool(argv) and os.path.basename(argv[0]) == "mpiwait"
 
 
+def discovery_script(argv: list[str]) -> list[str] | None:
+    """The mpiwait command a horovodrun line runs as its --host-discovery-script (through a
+    shell, every second), split as that shell splits it; None when there is none."""
+    import shlex
+
+    if not argv or os.path.basename(argv[0]) != "horovodrun":
+        return None
+    for k, arg in enumerate(argv[:-1]):
+        if arg == "--host-discovery-script":
+            script = shlex.split(argv[k + 1])
+            return script if runs_mpiwait(script) else None
+    return None
+
+
 # --------------------------------------------------------------------------------------------
 # What each example runs
 
@@ -217,7 +234,7 @@ class Invocation:
     ssh_auth_path: str  # sshAuthMountPath
     ssh_auth_volume: str
     config_volume: str
-    role: str = "launcher"  # or "worker"
+    role: str = "launcher"  # or "worker", or "discovery" (horovodrun's discovery script)
 
     def image_env(self) -> dict[str, str]:
         facts = IMAGES[self.image]
@@ -294,7 +311,10 @@ def mpijob_invocations(example: str, job: dict[str, Any]) -> list[Invocation]:
         containers += [("container", c) for c in pod["containers"]]
         for kind, c in containers:
             argv = effective_argv(c["image"], c.get("command"), c.get("args"))
-            if not runs_mpiwait(argv):
+            script = discovery_script(argv) if role == "launcher" else None
+            if script is not None:
+                argv = script
+            elif not runs_mpiwait(argv):
                 continue
             env = _env_list(c)
             mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts") or []}
@@ -314,7 +334,11 @@ def mpijob_invocations(example: str, job: dict[str, Any]) -> list[Invocation]:
                     uid=_container_uid(c, pod, c["image"]),
                     mounts=mounts,
                     hostname=hostname,
-                    role=role if kind == "container" else "launcher",
+                    role="discovery"
+                    if script is not None
+                    else role
+                    if kind == "container"
+                    else "launcher",
                     **common,
                 )
             )
@@ -497,7 +521,7 @@ def test_every_mpiwait_env_var_in_the_examples_is_an_option():
 def test_kubernetes_example_structure(path):
     docs = load_all(path)
     invocations = k8s_invocations(path)
-    assert any(inv.role == "launcher" for inv in invocations), (
+    assert any(inv.role in ("launcher", "discovery") for inv in invocations), (
         f"{path.name}: no launcher-side mpiwait invocation found"
     )
     for doc in docs:
@@ -899,6 +923,31 @@ def _start_once_tried(b: testbed.TestBed, i: int) -> None:
     while b.syns(i) < 1 and time.monotonic() < deadline:
         time.sleep(0.02)
     b.start_sshd(i)
+
+
+DISCOVERY_INVOCATIONS = [inv for inv in all_invocations() if inv.role == "discovery"]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(
+    "inv", DISCOVERY_INVOCATIONS, ids=[f"{i.example}:{i.what}" for i in DISCOVERY_INVOCATIONS]
+)
+def test_discovery_script_lists_only_workers_that_accept_a_login(inv, bed, tmp_path):
+    b = _bed_for(bed, inv)
+    slots = re.search(r"slots=(\d+)|:(\d+)", inv.hostfile)
+    assert slots is not None, inv.hostfile
+    count = slots.group(1) or slots.group(2)
+    # One worker's sshd is not up yet: horovodrun must not be handed it.
+    late = len(inv.hosts) - 1
+    b.stop_sshd(late)
+    r, command = run_in_pod(b, inv, tmp_path / "starting")
+    assert command == [], f"{inv.example}: the discovery script takes no COMMAND"
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    assert sorted(r.stdout.splitlines()) == sorted(f"{h}:{count}" for h in inv.hosts[:late])
+    b.start_sshd(late)
+    r, _ = run_in_pod(b, inv, tmp_path / "all-up")
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    assert sorted(r.stdout.splitlines()) == sorted(f"{h}:{count}" for h in inv.hosts)
 
 
 def test_worker_role_steps_aside_at_once(tmp_path):

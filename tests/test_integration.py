@@ -473,6 +473,19 @@ def test_worker_role_without_command_exits_0(lab: Lab) -> None:
     assert run.elapsed < QUICK, run
 
 
+def test_worker_role_dry_run_prints_what_it_would_exec(lab: Lab) -> None:
+    marker = lab.path("ran")
+    env = base_env(lab, K_MPI_JOB_ROLE="worker")
+    run = mpiwait(lab, "--dry-run", "--", "touch", str(marker), "it's", env=env)
+    assert run.returncode == 0, run
+    assert run.stdout == (
+        f"# K_MPI_JOB_ROLE=worker: not waiting for any host\nexec touch {marker} 'it'\"'\"'s'\n"
+    ), run
+    assert not marker.exists()
+    run = mpiwait(lab, "--dry-run", env=env)
+    assert (run.returncode, run.stdout.splitlines()[-1]) == (0, "exit 0"), run
+
+
 # ---------------------------------------------------------------------------------------------
 # 8-9: configuration from the environment and from ssh config
 
@@ -835,7 +848,7 @@ def test_json_log_on_unusable_key(lab: Lab) -> None:
     assert "does not exist" in records[-1]["message"]
 
 
-def test_termination_log_written_only_when_it_exists(lab: Lab) -> None:
+def test_termination_log_given_explicitly_is_written_even_when_absent(lab: Lab) -> None:
     port = lab.free_port(A)
     cfg = ssh_config(lab, port=port, identity=lab.key())
     existing = lab.write("termination-log", "")
@@ -850,7 +863,8 @@ def test_termination_log_written_only_when_it_exists(lab: Lab) -> None:
     message = existing.read_text()
     assert message.startswith("timed out after"), message
     assert f"tcp refused (1): {A}" in message, message
-    assert not absent.exists()
+    # Named by the user (flag or MPIWAIT_TERMINATION_LOG): made for them, same content.
+    assert absent.read_text() == message
 
 
 # ---------------------------------------------------------------------------------------------
