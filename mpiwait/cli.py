@@ -186,6 +186,14 @@ class _WordList(click.Path):
     show_default=True,
     help="Where to leave the failure summary for `kubectl describe pod` (if it exists).",
 )
+@click.option(
+    "--launch-env/--no-launch-env",
+    default=True,
+    show_default=True,
+    help="Hand an MPI COMMAND what the wait learned: hydra's interface (Intel MPI, MPICH), "
+    "Open MPI 5's names for the operators' OMPI_MCA_orte_* variables, MPICH's "
+    "HYDRA_LAUNCHER_EXTRA_ARGS; each logged. Off: COMMAND's environment stays as it is.",
+)
 @click.version_option(__version__, "-V", "--version", prog_name="mpiwait")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
@@ -232,6 +240,7 @@ def command_line(ctx: click.Context, **params: object) -> Settings:
         log_format=LogFormat(params["log_format"]),
         quiet=bool(params["quiet"]),
         termination_log=params["termination_log"],  # type: ignore[arg-type]
+        launch_env=bool(params["launch_env"]),
     )
 
 

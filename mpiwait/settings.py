@@ -125,3 +125,4 @@ class Settings:
     log_format: LogFormat = LogFormat.TEXT
     quiet: bool = False
     termination_log: Path | None = DEFAULT_TERMINATION_LOG
+    launch_env: bool = True  # hand the MPI launch what the wait learned (handover.py)

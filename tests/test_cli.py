@@ -130,6 +130,8 @@ OPTION_CASES = [
     (["-q"], {"quiet": True}),
     (["--quiet"], {"quiet": True}),
     (["--termination-log", "/x/log"], {"termination_log": Path("/x/log")}),
+    (["--no-launch-env"], {"launch_env": False}),
+    (["--launch-env"], {"launch_env": True}),
 ]
 
 
@@ -242,6 +244,8 @@ ENV_CASES = [
     ({"MPIWAIT_DRY_RUN": "1"}, {"dry_run": True}),
     ({"MPIWAIT_LOG_FORMAT": "json"}, {"log_format": LogFormat.JSON}),
     ({"MPIWAIT_QUIET": "yes"}, {"quiet": True}),
+    ({"MPIWAIT_LAUNCH_ENV": "0"}, {"launch_env": False}),
+    ({"MPIWAIT_LAUNCH_ENV": "false"}, {"launch_env": False}),
     ({"MPIWAIT_TERMINATION_LOG": "/e/log"}, {"termination_log": Path("/e/log")}),
 ]
 EXPLICIT_BY_ENV = {
