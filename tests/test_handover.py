@@ -263,3 +263,145 @@ def test_address_table_knows_loopback():
     if os.path.exists("/proc/net/if_inet6") and socket.has_ipv6:
         table = address_table()
         assert table.get("::1", "lo") == "lo"
+
+
+# --------------------------------------------------------------------------------------------
+# mpiwait itself, in front of a stand-in hydra (a script that prints what it was handed), with
+# a "worker" that is a listening socket on loopback
+
+
+REPO = Path(__file__).resolve().parent.parent
+FOREIGN = ("MPIWAIT_", "K_MPI_JOB_ROLE", "OMPI_", "HYDRA_", "I_MPI_", "PRTE_")
+
+
+def run_mpiwait(*argv: str, path: Path | None = None, **env: str):
+    import subprocess
+    import sys
+
+    base = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN)}
+    base["PYTHONPATH"] = str(REPO)
+    if path is not None:
+        base["PATH"] = f"{path}{os.pathsep}{base.get('PATH', os.defpath)}"
+    return subprocess.run(
+        [sys.executable, "-m", "mpiwait", *argv],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+
+
+@pytest.fixture
+def hydra(tmp_path):
+    """A bin directory with a stand-in MPICH hydra that prints the variables it was handed."""
+    bin_dir = install(tmp_path / "mpich/bin", "hydra_pmi_proxy")
+    script = bin_dir / "mpiexec.hydra"
+    script.write_text(
+        "#!/bin/sh\n"
+        'echo "HYDRA_IFACE=${HYDRA_IFACE-unset}"\n'
+        'echo "HYDRA_LAUNCHER_EXTRA_ARGS=${HYDRA_LAUNCHER_EXTRA_ARGS-unset}"\n'
+        'echo "args=$*"\n'
+    )
+    script.chmod(0o755)
+    return bin_dir
+
+
+@pytest.fixture
+def worker():
+    """A TCP port on 127.0.0.1 that accepts (enough for --check tcp)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(16)
+        yield str(s.getsockname()[1])
+
+
+def test_hydra_is_handed_the_loopback_interface_its_worker_answered_on(hydra, worker):
+    r = run_mpiwait(
+        "--hosts", "127.0.0.1", "--check", "tcp", "-p", worker, "--timeout", "30",
+        "--", "mpiexec.hydra", "-n", "1", "true",
+        path=hydra, HYDRA_LAUNCH_EXTRA_ARGS="-o ConnectionAttempts=10",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "HYDRA_IFACE=lo",
+        "HYDRA_LAUNCHER_EXTRA_ARGS=-o ConnectionAttempts=10",
+        "args=-n 1 true",
+    ]
+    assert "; then MPICH (mpiexec.hydra: hydra's launcher)\n" in r.stderr, r.stderr
+    assert r.stderr.count("mpiwait: launch: HYDRA_IFACE=lo (the interface the workers") == 1
+
+
+def test_hydra_keeps_the_interface_the_user_chose(hydra, worker):
+    common = ["--hosts", "127.0.0.1", "--check", "tcp", "-p", worker, "--timeout", "30"]
+    r = run_mpiwait(*common, "--", "mpiexec.hydra", "-iface", "eth9", "true", path=hydra)
+    assert r.returncode == 0, r.stderr
+    assert "HYDRA_IFACE=unset" in r.stdout.splitlines()
+    r = run_mpiwait(*common, "--", "mpiexec.hydra", "true", path=hydra, HYDRA_IFACE="eth9")
+    assert "HYDRA_IFACE=eth9" in r.stdout.splitlines()
+    assert "launch: HYDRA_IFACE" not in r.stderr
+
+
+def test_check_dns_cannot_tell_the_interface_and_says_so(hydra):
+    r = run_mpiwait(
+        "--hosts", "127.0.0.1", "--check", "dns", "--timeout", "30",
+        "--", "mpiexec.hydra", "true", path=hydra,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "HYDRA_IFACE=unset" in r.stdout.splitlines()
+    assert "mpiwait: launch: HYDRA_IFACE not set: no worker was reached over TCP" in r.stderr
+
+
+def test_no_launch_env_hands_nothing_over(hydra, worker):
+    common = ["--hosts", "127.0.0.1", "--check", "tcp", "-p", worker, "--timeout", "30"]
+    for off in (["--no-launch-env"], []):
+        env = {} if off else {"MPIWAIT_LAUNCH_ENV": "0"}
+        r = run_mpiwait(
+            *common, *off, "--", "mpiexec.hydra", "true", path=hydra,
+            HYDRA_LAUNCH_EXTRA_ARGS="-o X=1", **env,
+        )  # fmt: skip
+        assert r.returncode == 0, r.stderr
+        assert r.stdout.splitlines()[:2] == ["HYDRA_IFACE=unset", "HYDRA_LAUNCHER_EXTRA_ARGS=unset"]
+        assert "launch:" not in r.stderr and "then MPICH" not in r.stderr, r.stderr
+
+
+def test_dry_run_shows_what_would_be_handed_over(hydra):
+    r = run_mpiwait(
+        "--hosts", "127.0.0.1", "--dry-run", "--", "mpiexec.hydra", "true",
+        path=hydra, HYDRA_LAUNCH_EXTRA_ARGS="-o X=1",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("# launch")]
+    assert lines == [
+        "# launch: MPICH (mpiexec.hydra: hydra's launcher)",
+        "# launch: HYDRA_IFACE=<interface> (the interface the workers answer on, once known)",
+        "# launch: HYDRA_LAUNCHER_EXTRA_ARGS=-o X=1 (from HYDRA_LAUNCH_EXTRA_ARGS, a name hydra "
+        "does not read)",
+    ]
+
+
+def test_init_container_says_what_the_mpi_container_must_set(tmp_path, worker):
+    hostfile = tmp_path / "hostfile"
+    hostfile.write_text("127.0.0.1:1\n")
+    r = run_mpiwait("--hostfile", str(hostfile), "--check", "tcp", "-p", worker)
+    assert r.returncode == 0, r.stderr
+    assert "I_MPI_HYDRA_IFACE=lo (Intel MPI) or HYDRA_IFACE=lo (MPICH)" in r.stderr, r.stderr
+    hostfile.write_text("127.0.0.1 slots=1\n")
+    r = run_mpiwait("--hostfile", str(hostfile), "--check", "tcp", "-p", worker)
+    assert f"PRTE_MCA_prte_default_hostfile={hostfile}" in r.stderr, r.stderr
+
+
+@pytest.mark.skipif(
+    os.path.exists("/etc/mpi/hostfile") or os.path.exists("/etc/mpi/discover_hosts.sh"),
+    reason="this machine has mpi-operator's /etc/mpi files",
+)
+def test_trainer_v2_node_no_role_variable_no_hostfile_runs_its_command_at_once():
+    """A Trainer v2 node: no /etc/mpi, no K_MPI_JOB_ROLE, COMMAND sshd (here: echo)."""
+    r = run_mpiwait("--timeout", "30", "--", "echo", "sshd", "-De")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == "sshd -De\n"
+    assert "a worker (node) pod; nothing to wait for" in r.stderr, r.stderr
+    # A launcher (its COMMAND starts MPI) without its hostfile is still a configuration error.
+    r = run_mpiwait("--timeout", "30", "--", "mpirun", "-n", "2", "hostname")
+    assert r.returncode == 2, r.stderr
+    assert "no host source" in r.stderr
