@@ -23,7 +23,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class Mpi(str, enum.Enum):
@@ -55,8 +55,12 @@ _INTEL_FILES = ("impi_info", "hydra_bstrap_proxy")  # Intel's hydra; MPICH's has
 _HYDRA_FILES = ("hydra_pmi_proxy", "mpiexec.hydra")
 
 
-@dataclass(frozen=True)
-class Launch:
+# The value types below are NamedTuples, immutable as frozen dataclasses are: creating four
+# dataclasses cost ~3 ms of every launcher start here, a NamedTuple ~0.15 ms (benchmarks/,
+# scenario 3: recognising the launch must add under 5 ms).
+
+
+class Launch(NamedTuple):
     """The MPI that COMMAND starts, and why mpiwait thinks so."""
 
     mpi: Mpi
@@ -138,8 +142,7 @@ def _openmpi_version(dirs: list[str], search: str, evidence: str) -> tuple[Mpi, 
     return Mpi.OPENMPI, evidence
 
 
-@dataclass(frozen=True)
-class Change:
+class Change(NamedTuple):
     """One variable mpiwait sets in COMMAND's environment, and why (for the log line)."""
 
     name: str
@@ -150,8 +153,7 @@ class Change:
         return f"launch: {self.name}={self.value} ({self.why})"
 
 
-@dataclass(frozen=True)
-class Handover:
+class Handover(NamedTuple):
     changes: tuple[Change, ...] = ()
     notes: tuple[str, ...] = ()  # what mpiwait could not do, or chose not to, and why
 
@@ -164,8 +166,7 @@ class Handover:
         return [c.line() for c in self.changes] + [f"launch: {n}" for n in self.notes]
 
 
-@dataclass(frozen=True)
-class Interface:
+class Interface(NamedTuple):
     """The interface the probes reached the workers through, or why it is not known."""
 
     name: str | None

@@ -7,17 +7,10 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from mpiwait.errors import ExitCode, InputError, MpiwaitError
 from mpiwait.events import End, WaitStarted
-from mpiwait.handover import (
-    LAUNCHER_NAMES,
-    Handover,
-    Interface,
-    advice_without_command,
-    plan,
-    recognise,
-)
 from mpiwait.hosts import HostSources, SelfNames, Snapshot
 from mpiwait.launch import (
     check_remote_agent,
@@ -35,6 +28,9 @@ from mpiwait.settings import (
     Check,
     Settings,
 )
+
+if TYPE_CHECKING:  # handover.py is imported on the launcher path only, when COMMAND is given
+    from mpiwait.handover import Handover, Interface
 
 _END_STATUS = {
     End.READY: ExitCode.OK,
@@ -157,6 +153,8 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
                     reporter.info(line)
                 exec_command(settings.command, env=handover.environ(environ))
         elif settings.launch_env:
+            from mpiwait.handover import advice_without_command
+
             interface = _interface(prober, hosts, is_self)
             for line in advice_without_command(*_hostfile_text(settings), interface):
                 reporter.info(line)
@@ -189,6 +187,8 @@ def _recognise(settings: Settings, environ: Mapping[str, str], reporter: Reporte
     """The MPI that COMMAND launches, when mpiwait is to hand it what the wait learned."""
     if not settings.command or not settings.launch_env:
         return None
+    from mpiwait.handover import LAUNCHER_NAMES, recognise
+
     launch = recognise(settings.command, environ)
     if launch is None and os.path.basename(settings.command[0]) in LAUNCHER_NAMES:
         reporter.info(
@@ -218,6 +218,8 @@ def _interface(prober, hosts: tuple[str, ...], is_self: Callable[[str], bool]) -
 def _handover(settings, environ, launch, prober, hosts, is_self) -> Handover:
     import socket
 
+    from mpiwait.handover import plan
+
     return plan(
         launch,
         settings.command,
@@ -244,6 +246,8 @@ def _print_launch(settings: Settings, environ, launch, snapshot: Snapshot) -> No
         return
     print(f"# launch: {launch.describe()}")
     import socket
+
+    from mpiwait.handover import plan
 
     handover = plan(
         launch,
