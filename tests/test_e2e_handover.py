@@ -38,6 +38,8 @@ from test_e2e_mpi import (
     write_in_place,
 )
 
+from mpiwait.handover import PRRTE_NAMES
+
 pytestmark = [pytest.mark.root, pytest.mark.mpi, requires_root_netns]
 
 MPIS = Path(os.environ.get("MPIWAIT_TEST_MPIS", "/var/cache/mpiwait-tests"))
@@ -281,3 +283,8 @@ def test_self_entry_that_resolves_late_is_waited_for_not_logged_into(bed, tmp_pa
             "not carried over to PRTE_MCA_prte_keep_fqdn_hostnames", ""
         ), show(r)
         assert "OMPI_MCA_orte_keep_fqdn_hostnames not carried over" in r.stderr, show(r)
+        # and why: carried over too, PRRTE ssh's to the launcher, which runs no sshd
+        prrte = {new: env[old] for old, new in PRRTE_NAMES.items() if old in env}
+        keep = control(b, pod, command, env | prrte, etc_mpi=etc_mpi)
+        assert keep.returncode != 0, show(keep)
+        assert f"{TRAINER_LAUNCHER} port 22: Connection refused" in keep.stderr, show(keep)
