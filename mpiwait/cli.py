@@ -98,7 +98,12 @@ class _WordList(click.Path):
     metavar="H1,H2,...",
     help="Explicit hosts; the files are not read.",
 )
-@click.option("--include-self", is_flag=True, help="Also wait for entries that name this machine.")
+@click.option(
+    "--include-self",
+    is_flag=True,
+    help="Put entries that name this machine through the full check; by default only their "
+    "name must resolve (no login to itself).",
+)
 @click.option(
     "--check",
     type=click.Choice([c.value for c in Check]),
