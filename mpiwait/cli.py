@@ -98,7 +98,12 @@ class _WordList(click.Path):
     metavar="H1,H2,...",
     help="Explicit hosts; the files are not read.",
 )
-@click.option("--include-self", is_flag=True, help="Also wait for entries that name this machine.")
+@click.option(
+    "--include-self",
+    is_flag=True,
+    help="Put entries that name this machine through the full check; by default only their "
+    "name must resolve (no login to itself).",
+)
 @click.option(
     "--check",
     type=click.Choice([c.value for c in Check]),
@@ -193,6 +198,14 @@ class _WordList(click.Path):
     help="Where to leave the failure summary for `kubectl describe pod` (the default only if "
     "it exists; a path given is created).",
 )
+@click.option(
+    "--launch-env/--no-launch-env",
+    default=True,
+    show_default=True,
+    help="Hand an MPI COMMAND what the wait learned: hydra's interface (Intel MPI, MPICH), "
+    "Open MPI 5's names for the operators' OMPI_MCA_orte_* variables, MPICH's "
+    "HYDRA_LAUNCHER_EXTRA_ARGS; each logged. Off: COMMAND's environment stays as it is.",
+)
 @click.version_option(__version__, "-V", "--version", prog_name="mpiwait")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
@@ -248,6 +261,7 @@ def command_line(ctx: click.Context, **params: object) -> Settings:
         quiet=bool(params["quiet"]),
         termination_log=params["termination_log"],  # type: ignore[arg-type]
         termination_log_explicit=explicit("termination_log"),
+        launch_env=bool(params["launch_env"]),
     )
 
 

@@ -10,6 +10,7 @@ is logged into once, when its port first answers. paramiko stays inside this mod
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import socket
@@ -70,6 +71,9 @@ class Prober:
         self._targets: dict[str, SSHTarget] = {}
         # host -> (when looked up, getaddrinfo's answer), kept while its SSH port refuses
         self._refused: dict[str, tuple[float, list]] = {}
+        # host -> this machine's address of its last accepted connect: the launch learns from
+        # it the interface that routes to the workers (handover.py)
+        self._local: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def target(self, host: str) -> SSHTarget:
@@ -80,6 +84,11 @@ class Prober:
             with self._lock:
                 self._targets[host] = target
         return target
+
+    def local_addresses(self) -> dict[str, str]:
+        """host -> the local address its SSH port accepted a connect from."""
+        with self._lock:
+            return dict(self._local)
 
     def timeout_for(self, target: SSHTarget) -> float:
         if self._config.connect_timeout is not None:
@@ -136,6 +145,8 @@ class Prober:
                 with self._lock:
                     self._refused[host] = (looked_up, infos)
             return failure
+        with contextlib.suppress(OSError), self._lock:
+            self._local[host] = sock.getsockname()[0]
         try:
             if self._config.check is Check.TCP:
                 return READY

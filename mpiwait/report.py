@@ -191,6 +191,7 @@ class Reporter:
                 check=event.check,
                 timeout=event.timeout,
                 notes=list(event.notes),
+                launch=event.launch or None,
             )
         elif isinstance(event, HostsAdded):
             self._json("hosts_added", hosts=list(event.hosts), total=event.total)
@@ -235,12 +236,16 @@ class Reporter:
             self._total = len(event.hosts)
             sources = "; ".join(event.sources) or "no source lists any host yet"
             deadline = f"deadline {event.timeout:g}s" if event.timeout > 0 else "no deadline"
+            then = f"; then {event.launch}" if event.launch else ""
             self.line(
                 f"waiting for {_hosts(len(event.hosts))} ({sources}) to pass the "
-                f"{event.check} check; {deadline}"
+                f"{event.check} check; {deadline}{then}"
             )
             if event.skipped_self:
-                self.line(f"not waiting for this machine: {', '.join(event.skipped_self)}")
+                self.line(
+                    f"this machine: {', '.join(event.skipped_self)} (no login; only its name "
+                    "must resolve, as the MPI will resolve it)"
+                )
             for note in event.notes:
                 self.line(note)
         elif isinstance(event, HostsAdded):

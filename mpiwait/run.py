@@ -7,6 +7,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from mpiwait.errors import ExitCode, InputError, MpiwaitError
 from mpiwait.events import End, WaitStarted
@@ -16,6 +17,7 @@ from mpiwait.launch import (
     check_remote_agent,
     exec_command,
     find_command,
+    is_mpi_launcher,
     worker_role,
 )
 from mpiwait.report import Reporter, summary_lines, write_termination_log
@@ -27,6 +29,9 @@ from mpiwait.settings import (
     Check,
     Settings,
 )
+
+if TYPE_CHECKING:  # handover.py is imported on the launcher path only, when COMMAND is given
+    from mpiwait.handover import Handover, Interface
 
 _END_STATUS = {
     End.READY: ExitCode.OK,
@@ -77,9 +82,20 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
         if warning:
             reporter.info(f"warning: {warning}")
 
+    launch = _recognise(settings, environ, reporter)
     sources = _sources(settings, environ)
     first = sources.read()
     if settings.hosts_option is None and not first.sources:
+        if _is_node(settings):
+            # Kubeflow Trainer v2 mounts the hostfile in the launcher only and sets no role
+            # variable: a pod with neither, whose COMMAND starts no MPI launch (sshd), is a
+            # node. A launcher (its COMMAND is mpirun) without its hostfile is still an error.
+            reporter.info(
+                f"no {settings.hostfile}, no {settings.discover_hosts} and no K_MPI_JOB_ROLE, "
+                f"and {os.path.basename(settings.command[0])} is no MPI launcher: a worker "
+                "(node) pod; nothing to wait for"
+            )
+            exec_command(settings.command)
         raise InputError(
             f"no host source: neither {settings.hostfile} nor {settings.discover_hosts} exists "
             "and --hosts is not given",
@@ -103,9 +119,14 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     prober = Prober(
         ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command), resolver
     )
+    # An entry naming this machine gets no login (the launcher runs no sshd), but the MPI
+    # ssh's to it unless it resolves to this machine: it must resolve, as ssh resolves it.
+    self_prober = Prober(ProbeConfig(Check.DNS, settings.connect_timeout), resolver)
+    is_self = sources.self_names.is_self
     names = _names(first)
     if settings.dry_run:
         _print_plan(names, prober, first)
+        _print_launch(settings, environ, launch, first)
         return ExitCode.OK
     # ssh settings ssh would refuse (exit 2), unusable key files (exit 3): before any waiting
     prober.preflight(names)
@@ -121,23 +142,42 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
         )
     reporter(
         WaitStarted(
-            hosts=names,
+            hosts=names + first.skipped_self,
             sources=first.sources,
             skipped_self=first.skipped_self,
             check=settings.check.value,
             timeout=settings.timeout,
             notes=tuple(notes),
+            launch=launch.describe() if launch else "",
         )
     )
     # Everything loaded so far (modules, config, keys) lives until exec: freezing it keeps the
     # cyclic collector from scanning it again and again while thousands of logins allocate
     # (the collector was ~7% of the CPU of a login here).
     gc.freeze()
-    result = _wait(settings, sources, names, prober, reporter)
+
+    def attempt(host: str):
+        own = not settings.include_self and is_self(host)
+        return (self_prober if own else prober).attempt(host)
+
+    result = _wait(settings, sources, names + first.skipped_self, attempt, reporter)
     reporter(result)
     if result.end is End.READY:
+        hosts = tuple(h.host for h in result.hosts)
         if settings.command:
-            exec_command(settings.command)
+            if launch is None:
+                exec_command(settings.command)
+            else:
+                handover = _handover(settings, environ, launch, prober, hosts, is_self)
+                for line in handover.lines():
+                    reporter.info(line)
+                exec_command(settings.command, env=handover.environ(environ))
+        elif settings.launch_env:
+            from mpiwait.handover import advice_without_command
+
+            interface = _interface(prober, hosts, is_self)
+            for line in advice_without_command(*_hostfile_text(settings), interface):
+                reporter.info(line)
         return ExitCode.OK
     write_termination_log(
         settings.termination_log, summary_lines(result), create=settings.termination_log_explicit
@@ -165,13 +205,91 @@ def _names(snapshot: Snapshot) -> tuple[str, ...]:
     return tuple(host.name for host in snapshot.hosts)
 
 
-def _wait(settings, sources: HostSources, names, prober, reporter):
+def _recognise(settings: Settings, environ: Mapping[str, str], reporter: Reporter):
+    """The MPI that COMMAND launches, when mpiwait is to hand it what the wait learned."""
+    if not settings.command or not settings.launch_env:
+        return None
+    from mpiwait.handover import LAUNCHER_NAMES, recognise
+
+    launch = recognise(settings.command, environ)
+    if launch is None and os.path.basename(settings.command[0]) in LAUNCHER_NAMES:
+        reporter.info(
+            f"launch: which MPI {settings.command[0]} belongs to could not be told; "
+            "its environment is left as it is"
+        )
+    return launch
+
+
+def _is_node(settings: Settings) -> bool:
+    """No host source at all, none named by the user, and a COMMAND that starts no MPI."""
+    return bool(
+        settings.command
+        and not settings.hostfile_explicit
+        and not settings.discover_explicit
+        and not is_mpi_launcher(settings.command[0])
+    )
+
+
+def _interface(prober, hosts: tuple[str, ...], is_self: Callable[[str], bool]) -> Interface:
+    from mpiwait.interfaces import interface_for
+
+    reached = prober.local_addresses()
+    return interface_for({h: reached[h] for h in hosts if h in reached and not is_self(h)})
+
+
+def _handover(settings, environ, launch, prober, hosts, is_self) -> Handover:
+    import socket
+
+    from mpiwait.handover import plan
+
+    return plan(
+        launch,
+        settings.command,
+        environ,
+        interface=_interface(prober, hosts, is_self),
+        self_entries=tuple(h for h in hosts if is_self(h)),
+        hostname=socket.gethostname(),
+    )
+
+
+def _hostfile_text(settings: Settings) -> tuple[str | None, str | None]:
+    """(path, text) of the hostfile, for the advice in an initContainer; None when absent."""
+    if settings.hostfile is None or settings.hosts_option is not None:
+        return None, None
+    try:
+        with open(settings.hostfile, encoding="utf-8", errors="replace") as f:
+            return str(settings.hostfile), f.read(1 << 20)
+    except OSError:
+        return None, None
+
+
+def _print_launch(settings: Settings, environ, launch, snapshot: Snapshot) -> None:
+    if launch is None:
+        return
+    print(f"# launch: {launch.describe()}")
+    import socket
+
+    from mpiwait.handover import plan
+
+    handover = plan(
+        launch,
+        settings.command,
+        environ,
+        interface=None,
+        self_entries=snapshot.skipped_self,
+        hostname=socket.gethostname(),
+    )
+    for line in handover.lines():
+        print(f"# {line}")
+
+
+def _wait(settings, sources: HostSources, names, attempt, reporter):
     from mpiwait.waiter import ThreadRunner, WaitPolicy, wait_for_hosts
 
     return wait_for_hosts(
         first=names,
         read_hosts=_reread(sources, names, reporter),
-        runner=ThreadRunner(prober.attempt, settings.parallel),
+        runner=ThreadRunner(attempt, settings.parallel),
         policy=WaitPolicy(
             timeout=settings.timeout,
             retry_initial=settings.retry_initial,
@@ -204,7 +322,7 @@ def _reread(
                 reported.append(exc.message)
                 reporter.info(f"warning: keeping the hosts read before: {exc.message}")
             return last[0]
-        last[0] = (_names(snapshot), snapshot.sources)
+        last[0] = (_names(snapshot) + snapshot.skipped_self, snapshot.sources)
         return last[0]
 
     return read_hosts
@@ -213,7 +331,10 @@ def _reread(
 def _print_plan(names: tuple[str, ...], prober, snapshot: Snapshot) -> None:
     print(f"# {len(names)} hosts from: {'; '.join(snapshot.sources) or 'no source'}")
     if snapshot.skipped_self:
-        print(f"# not waiting for this machine: {', '.join(snapshot.skipped_self)}")
+        print(
+            f"# this machine: {', '.join(snapshot.skipped_self)} (no login; "
+            "only its name must resolve)"
+        )
     for name in names:
         target = prober.target(name)
         keys = [

@@ -146,3 +146,4 @@ class Settings:
     quiet: bool = False
     termination_log: Path | None = DEFAULT_TERMINATION_LOG
     termination_log_explicit: bool = False  # named by the user: created if it does not exist
+    launch_env: bool = True  # hand the MPI launch what the wait learned (handover.py)

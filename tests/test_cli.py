@@ -135,6 +135,8 @@ OPTION_CASES = [
         ["--termination-log", "/x/log"],
         {"termination_log": Path("/x/log"), "termination_log_explicit": True},
     ),
+    (["--no-launch-env"], {"launch_env": False}),
+    (["--launch-env"], {"launch_env": True}),
 ]
 
 
@@ -253,6 +255,8 @@ ENV_CASES = [
         {"MPIWAIT_TERMINATION_LOG": "/e/log"},
         {"termination_log": Path("/e/log"), "termination_log_explicit": True},
     ),
+    ({"MPIWAIT_LAUNCH_ENV": "0"}, {"launch_env": False}),
+    ({"MPIWAIT_LAUNCH_ENV": "false"}, {"launch_env": False}),
 ]
 EXPLICIT_BY_ENV = {
     "MPIWAIT_HOSTFILE": {"hostfile_explicit": True},

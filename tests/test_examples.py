@@ -44,7 +44,13 @@ EXAMPLES = REPO / "examples"
 K8S = EXAMPLES / "kubernetes"
 COMPOSE_DIR = EXAMPLES / "docker-compose"
 COMPOSE_FILE = COMPOSE_DIR / "compose.yaml"
-DOCKERFILES = [REPO / "Dockerfile", K8S / "entrypoint.Dockerfile", COMPOSE_DIR / "Dockerfile"]
+DOCKERFILES = [
+    REPO / "Dockerfile",
+    K8S / "entrypoint.Dockerfile",
+    K8S / "intel-entrypoint.Dockerfile",
+    K8S / "trainer-entrypoint.Dockerfile",
+    COMPOSE_DIR / "Dockerfile",
+]
 K8S_EXAMPLES = sorted(K8S.glob("*.yaml"))
 
 MPIWAIT_IMAGE = "ghcr.io/mpiwait/mpiwait:0.1.0"
@@ -96,6 +102,18 @@ IMAGES: dict[str, ImageFacts] = {
     ),
     # Horovod's image: root, sshd on port 22; its ssh_config is not relied upon.
     "horovod/horovod:0.28.1": ImageFacts(None, {0: ("root", "/root")}, {}),
+    # mpi-operator's mpi-pi:intel (Intel MPI 2021) plus /opt/mpiwait, no entrypoint.sh.
+    "ghcr.io/mpiwait/pi-intel-mpiwait:0.1.0": ImageFacts(
+        K8S / "intel-entrypoint.Dockerfile",
+        {0: ("root", "/root"), 1000: ("mpiuser", "/home/mpiuser")},
+        {"ssh_config": OPERATOR_SSH_CONFIG},
+    ),
+    # mpi-operator's mpi-pi:openmpi (Open MPI 5.0.7; Trainer's runtimes run it) plus /opt/mpiwait.
+    "ghcr.io/mpiwait/pi-openmpi-mpiwait:0.1.0": ImageFacts(
+        K8S / "trainer-entrypoint.Dockerfile",
+        {0: ("root", "/root"), 1000: ("mpiuser", "/home/mpiuser")},
+        {"ssh_config": OPERATOR_SSH_CONFIG},
+    ),
     "mpiwait-demo:latest": ImageFacts(
         COMPOSE_DIR / "Dockerfile",
         {0: ("root", "/root")},
@@ -113,6 +131,8 @@ WORKERS = {
     "entrypoint.yaml": {"user": "mpiuser", "port": 2222},
     "run-launcher-as-worker.yaml": {"user": "mpiuser", "port": 2222},
     "trainer-v2.yaml": {"user": "mpiuser", "port": 2222},
+    "intel-entrypoint.yaml": {"user": "mpiuser", "port": 2222},
+    "trainer-v2-entrypoint.yaml": {"user": "mpiuser", "port": 2222},
     "compose.yaml": {"user": "root", "port": 22},
     "horovod-elastic.yaml": {"user": "root", "port": 22},
 }
@@ -352,22 +372,39 @@ def trainer_invocations(example: str, runtime: dict[str, Any], job_name: str) ->
     slots = int(mpi.get("numProcPerNode", 1))
     assert mpi.get("mpiImplementation", "OpenMPI") == "OpenMPI"  # the only one Trainer runs
     nodes = [f"{job_name}-node-0-{i}.{job_name}" for i in range(n)]
+    ssh_path = mpi.get("sshAuthMountPath", "/root/.ssh")
     out = []
     for rjob in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
         pod = rjob["template"]["spec"]["template"]["spec"]
-        for c in pod.get("initContainers") or []:
+        containers = [("initContainer", c) for c in pod.get("initContainers") or []]
+        containers += [("container", c) for c in pod["containers"]]
+        for kind, c in containers:
             argv = effective_argv(c["image"], c.get("command"), c.get("args"))
             if not runs_mpiwait(argv):
                 continue
+            env = _env_list(c)
+            mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts") or []}
+            role = "launcher"
+            if kind == "container" and c["name"] == "node":
+                # The plugin's additions to containers named `node`: the key everywhere, the
+                # hostfile and the OMPI_MCA_* variables on the launcher; no role variable.
+                mounts[ssh_path] = "mpi-ssh-auth"
+                if rjob["name"] == "launcher":
+                    mounts["/etc/mpi"] = "mpi-hostfile"
+                    env.update(OPERATOR_ENV["OpenMPI"])
+                    env["OMPI_MCA_orte_set_default_slots"] = str(slots)
+                else:
+                    role = "worker"
             out.append(
                 Invocation(
                     example=example,
-                    what=f"{rjob['name']} initContainer {c['name']}",
+                    what=f"{rjob['name']} {kind} {c['name']}",
                     image=c["image"],
                     argv=argv,
-                    env=_env_list(c),
+                    env=env,
                     uid=_container_uid(c, pod, c["image"]),
-                    mounts={m["mountPath"]: m["name"] for m in c.get("volumeMounts") or []},
+                    mounts=mounts,
+                    role=role,
                     hostname=f"{job_name}-{rjob['name']}-0-0",
                     hosts=nodes,
                     hostfile="".join(f"{h} slots={slots}\n" for h in nodes),
@@ -608,6 +645,14 @@ def test_images_run_mpiwait_the_documented_way():
     assert mpich.entrypoint == [MPIWAIT_IN_IMAGE]
     froms = [rest for kw, rest in instructions(K8S / "entrypoint.Dockerfile") if kw == "FROM"]
     assert froms[0] == f"{MPIWAIT_IMAGE} AS mpiwait"
+    # Intel MPI and Trainer's Open MPI: the same pattern, and no entrypoint.sh behind mpiwait
+    # (its nslookup loop is what handing hydra the interface replaces).
+    for name in ("intel-entrypoint.Dockerfile", "trainer-entrypoint.Dockerfile"):
+        stage = final_stage(K8S / name)
+        assert stage.copies == [["--from=mpiwait", "/opt/mpiwait", "/opt/mpiwait"]], name
+        assert stage.entrypoint == [MPIWAIT_IN_IMAGE], name
+    intel = final_stage(K8S / "intel-entrypoint.Dockerfile")
+    assert intel.env["PATH"].startswith("/opt/intel/oneapi/mpi/latest/bin:")
     # The demo image installs ssh_config where the Compose test lays it out.
     demo = final_stage(COMPOSE_DIR / "Dockerfile")
     assert ["examples/docker-compose/ssh_config", "/etc/ssh/ssh_config.d/mpi.conf"] in demo.copies
@@ -881,6 +926,12 @@ LAUNCHER_INVOCATIONS = [inv for inv in all_invocations() if inv.role == "launche
 def test_example_waits_for_real_workers_then_runs_its_command(inv, bed, tmp_path):
     b = _bed_for(bed, inv)
     workers = WORKERS[inv.example]
+    # The launcher's own entry (runLauncherAsWorker) resolves, to the launcher: the operator's
+    # Service publishes not-ready addresses then, and mpiwait waits for that name to resolve.
+    for line in inv.hostfile.splitlines():
+        name = line.split()[0].split(":")[0] if line.strip() else ""
+        if name and name not in inv.hosts:
+            b.publish_name(name)
 
     # The plan: every worker (the launcher's own entry left out), with the port, user and key
     # that mpirun's ssh will use in that container.

@@ -98,7 +98,8 @@ def test_text_wait_started() -> None:
     assert lines(rep) == [
         "mpiwait: waiting for 3 hosts (/etc/mpi/hostfile (3 hosts)) to pass the ssh check; "
         "deadline 600s",
-        "mpiwait: not waiting for this machine: launcher, launcher.local",
+        "mpiwait: this machine: launcher, launcher.local (no login; only its name must "
+        "resolve, as the MPI will resolve it)",
         "mpiwait: note one",
         "mpiwait: note two",
     ]

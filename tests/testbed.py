@@ -538,6 +538,7 @@ class TestBed:
         self.bed_id = ""
         self.hosts: list[WorkerHost] = []
         self._published: list[bool] = [False] * n
+        self._extra_names: list[tuple[str, str]] = []  # (address, names) in the launcher view
         self._sshd: dict[int, subprocess.Popen[Any]] = {}
         self._listeners: dict[int, subprocess.Popen[Any]] = {}
         self._launched: list[subprocess.Popen[Any]] = []
@@ -1216,6 +1217,12 @@ class TestBed:
     def published(self, i: int) -> bool:
         return self._published[i]
 
+    def publish_name(self, name: str, addr: str | None = None) -> None:
+        """Make ``name`` resolve in the launcher view too, to ``addr`` (default: the launcher's
+        own address), e.g. the launcher pod's record under publishNotReadyAddresses."""
+        self._extra_names.append((addr or self.launcher_addr, name))
+        self._write_hosts_file()
+
     def _write_hosts_file(self) -> None:
         """Rewrite the launcher hosts file in place: running launchers have its inode bind-mounted.
 
@@ -1224,7 +1231,8 @@ class TestBed:
         """
         write_hosts_file(
             self.hosts_file,
-            [(h.addr, self._aliases(h)) for h in self.hosts if self._published[h.i]],
+            [(h.addr, self._aliases(h)) for h in self.hosts if self._published[h.i]]
+            + list(getattr(self, "_extra_names", [])),
             header=f"mpiwait test bed {self.bed_id}: launcher view (publish/unpublish edit it)",
         )
         if self.bed_id and (_beds_dir() / f"{self.bed_id}.json").exists():
