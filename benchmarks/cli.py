@@ -30,6 +30,8 @@ from benchmarks import report
 from benchmarks.common import PY, REPO, have_strace, log, testbed, uptime_load
 from benchmarks.context import Context
 from benchmarks.peers import ALL as ALL_METHODS
+from benchmarks.peers import BEFORE
+from benchmarks.peers import base as base_method
 
 SCENARIOS = ("gap", "gap64", "scale", "startup", "load")
 QUICK_GAP_METHODS = ("mpiwait", "dns-entrypoint", "parallel-openssh")  # no 10-s sleeps
@@ -125,6 +127,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="directory holding another mpiwait package (e.g. a git worktree of an older "
         "commit) to measure instead of this checkout's",
     )
+    ap.add_argument(
+        "--baseline-path",
+        type=Path,
+        help="directory holding another mpiwait package (e.g. a git worktree of the commit "
+        "before a change) to measure side by side with this one, as method "
+        f"'{BEFORE}', in every scenario mpiwait runs in",
+    )
     args = ap.parse_args(argv)
     bad = [s for s in args.scenarios if s not in SCENARIOS]
     if bad:
@@ -193,16 +202,23 @@ def _git(where: Path) -> str:
     return f"{head}{' + uncommitted changes to mpiwait/' if dirty else ''}"
 
 
-def _settings(ctx: Context) -> dict:
+def _settings(ctx: Context, method: str = "mpiwait") -> dict:
     """The defaults of the mpiwait being measured (read by the interpreter that runs it)."""
     code = (
         "import json, mpiwait, mpiwait.settings as s; print(json.dumps({n: getattr(s, n) for n "
         "in ('DEFAULT_RETRY_INITIAL', 'DEFAULT_RETRY_MAX', 'DEFAULT_PARALLEL', "
-        "'DEFAULT_PROBE_RATE', 'DEFAULT_CONNECT_TIMEOUT', 'REFUSED_ADDRESS_REUSE') "
+        "'DEFAULT_PROBE_RATE', 'DEFAULT_CONNECT_TIMEOUT', 'REFUSED_ADDRESS_REUSE', "
+        "'RETRY_FLOOR_TCP', 'RETRY_FLOOR_DNS', 'RETRY_FLOOR_SSH', 'BACKOFF_GRACE', "
+        "'BACKOFF_DOUBLING', 'DEFAULT_RECHECK_AFTER') "
         "if hasattr(s, n)} | {'version': mpiwait.__version__, 'path': mpiwait.__file__}))"
     )
     cp = subprocess.run(
-        [PY, "-c", code], env=ctx.env(), capture_output=True, text=True, timeout=60, check=True
+        [PY, "-c", code],
+        env=ctx.env(method=method),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
     )
     return json.loads(cp.stdout)
 
@@ -221,11 +237,13 @@ def _preflight(args: argparse.Namespace) -> str | None:
 def _warm(ctx: Context) -> None:
     """Fill the bytecode cache and the page cache before anything is timed."""
     mods = "mpiwait.cli, mpiwait.run, mpiwait.probes, mpiwait.waiter, mpiwait.sshconfig"
-    for argv in (
-        [PY, "-c", f"import {mods}, paramiko, tenacity, click"],
-        [PY, "-m", "mpiwait", "--version"],
-    ):
-        subprocess.run(argv, env=ctx.env(), capture_output=True, timeout=120, check=True)
+    for variant in ctx.mpiwait_variants():
+        for argv in (
+            [PY, "-c", f"import {mods}, paramiko, tenacity, click"],
+            [PY, "-m", "mpiwait", "--version"],
+        ):
+            env = ctx.env(method=variant)
+            subprocess.run(argv, env=env, capture_output=True, timeout=120, check=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -237,9 +255,10 @@ def main(argv: list[str] | None = None) -> int:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = REPO / "benchmarks" / "results"
     out = (args.out or base / stamp).resolve()
-    if args.mpiwait_path is not None and not (args.mpiwait_path / "mpiwait").is_dir():
-        sys.stderr.write(f"benchmarks: no mpiwait package in {args.mpiwait_path}\n")
-        return 2
+    for path in (args.mpiwait_path, args.baseline_path):
+        if path is not None and not (path / "mpiwait").is_dir():
+            sys.stderr.write(f"benchmarks: no mpiwait package in {path}\n")
+            return 2
     ctx = Context(
         results=out,
         cache=base / "pycache",
@@ -248,17 +267,21 @@ def main(argv: list[str] | None = None) -> int:
         seed=args.seed,
         mpiwait_path=args.mpiwait_path.resolve() if args.mpiwait_path else None,
         mpiwait_args=args.mpiwait_args,
+        baseline_path=args.baseline_path.resolve() if args.baseline_path else None,
     )
     # Children start here, not in the checkout: `python -m mpiwait` puts its working directory
     # first on sys.path, which would shadow --mpiwait-path.
     os.chdir(ctx.workdir)
     methods = args.methods or list(ALL_METHODS)
+    if ctx.baseline_path is not None and "mpiwait" in methods:
+        methods.insert(methods.index("mpiwait") + 1, BEFORE)
     removed = testbed.cleanup_stale()
     if removed:
         log(f"removed leftovers of crashed beds: {', '.join(removed)}")
     _warm(ctx)
     load_before = uptime_load()
     settings = _settings(ctx)
+    baseline = _settings(ctx, BEFORE) if ctx.baseline_path is not None else None
     log(f"results in {out}; load average {load_before}; mpiwait defaults {settings}")
     t_start = time.time()
     results: list[dict] = []
@@ -273,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
         gm = [
             m
             for m in methods
-            if not args.quick or m in QUICK_GAP_METHODS or args.methods is not None
+            if not args.quick or base_method(m) in QUICK_GAP_METHODS or args.methods is not None
         ]
         results.append(
             s1_launch_gap.run(ctx, workers=args.gap_workers, methods=gm, sequential=args.sequential)
@@ -281,7 +304,9 @@ def main(argv: list[str] | None = None) -> int:
         save()
     if "gap64" in args.scenarios and "mpiwait" in methods:
         s1_launch_gap.SPREAD = args.spread
-        results.append(s1_launch_gap.run(ctx, workers=args.gap_large, methods=["mpiwait"]))
+        results.append(
+            s1_launch_gap.run(ctx, workers=args.gap_large, methods=ctx.mpiwait_variants())
+        )
         save()
     if "scale" in args.scenarios:
         s2_scale.SLOW_PEER_UP_TO = args.slow_peer_max_n
@@ -292,7 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         save()
     if "load" in args.scenarios:
         s4_load.HOSTS, s4_load.DOWN = args.load_hosts, args.down
-        lm = ["mpiwait"] if args.quick and args.methods is None else methods
+        lm = ctx.mpiwait_variants() if args.quick and args.methods is None else methods
         if not have_strace():
             log("warning: strace not found: lookups and peak probes/s are not counted")
         results.append(s4_load.run(ctx, methods=lm, sequential=args.sequential))
@@ -312,6 +337,13 @@ def main(argv: list[str] | None = None) -> int:
         "settings": settings,
         "reps": args.reps,
     }
+    if baseline is not None:
+        meta["baseline"] = {
+            "git": _git(ctx.baseline_path),
+            "path": baseline.pop("path"),
+            "version": baseline.pop("version"),
+            "settings": baseline,
+        }
     tg = report.targets(results, settings)
     chart = report.chart(results, out / "launch-gap.png") if args.chart else None
     if args.chart and chart is None:

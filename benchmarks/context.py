@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.common import bench_env, log
-from benchmarks.peers import write_scripts
+from benchmarks.peers import BEFORE, write_scripts
 
 
 @dataclass
@@ -20,6 +20,7 @@ class Context:
     seed: int = 1
     mpiwait_path: Path | None = None  # another checkout's mpiwait package to measure
     mpiwait_args: list[str] = field(default_factory=list)  # extra options for every wait
+    baseline_path: Path | None = None  # another checkout's mpiwait, measured side by side
     workdir: Path = field(init=False)
     scripts: Path = field(init=False)
 
@@ -29,11 +30,19 @@ class Context:
         self.workdir.mkdir(exist_ok=True)
         self.scripts = write_scripts(self.results / "scripts")
 
-    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+    def env(self, extra: dict[str, str] | None = None, *, method: str = "") -> dict[str, str]:
+        """The environment of a process under test; ``method`` names the variant it runs."""
         env = bench_env(self.cache, extra)
-        if self.mpiwait_path is not None:
-            env["PYTHONPATH"] = f"{self.mpiwait_path}{os.pathsep}{env['PYTHONPATH']}"
+        path = self.mpiwait_path
+        if method.startswith(BEFORE):
+            path = self.baseline_path
+        if path is not None:
+            env["PYTHONPATH"] = f"{path}{os.pathsep}{env['PYTHONPATH']}"
         return env
+
+    def mpiwait_variants(self) -> list[str]:
+        """mpiwait as measured, and the baseline beside it when there is one."""
+        return ["mpiwait", BEFORE] if self.baseline_path is not None else ["mpiwait"]
 
     def rng(self, *salt: object) -> random.Random:
         """A generator that gives the same numbers for the same salt in every run."""

@@ -182,6 +182,15 @@ METHODS = {
 }
 ALL = tuple(METHODS)
 
+# With --baseline-path, the same mpiwait command run from another checkout (the environment
+# differs, see Context.env), side by side with this one's in every scenario.
+BEFORE = "mpiwait (before)"
+
+
+def base(method: str) -> str:
+    """The method a variant runs ("mpiwait (before) (names ...)" runs mpiwait)."""
+    return "mpiwait" if method.startswith("mpiwait") else method
+
 
 # mpi-operator's environment for an Open MPI launcher (K_MPI_JOB_ROLE and the OMPI_MCA_* that
 # reach mpirun); every method gets it.
@@ -197,7 +206,7 @@ def launcher(
 ) -> tuple[list[str], dict[str, str]]:
     """argv and extra environment of a launcher pod run the ``method`` way: its initContainer (if
     any) once, then its container under the Job's restart policy, ending in ``command``."""
-    m = METHODS[method]
+    m = METHODS[base(method)]
     container = [str(scripts / "job.sh"), *m.container(scripts, command, mpiwait_args)]
     init = m.init(scripts)
     if init:

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from benchmarks.common import Measured, RunResult, Stat, launches, testbed
 from benchmarks.context import Context
-from benchmarks.peers import OPERATOR_ENV, launcher
+from benchmarks.peers import OPERATOR_ENV, base, launcher
 
 SPREAD = 10.0  # seconds over which the workers' sshd start
 RUN_TIMEOUT = 150.0  # worst peer: 10 s + 20 s + 40 s of Job back-off, plus mpirun
@@ -84,7 +84,7 @@ def _reset(bed: testbed.TestBed, etc_mpi: Path) -> None:
 
 
 def _make_slot(ctx: Context, method: str, workers: int) -> _Slot:
-    bed_dir = ctx.workdir / f"gapbed{workers}-{method}"
+    bed_dir = ctx.workdir / f"gapbed{workers}-{method.replace(' ', '_')}"
     bed = testbed.TestBed(workers, workdir=bed_dir, published=False, start=False)
     bed.up()
     slot = _Slot(method, bed, bed_dir / "etc-mpi")
@@ -96,7 +96,7 @@ def _make_slot(ctx: Context, method: str, workers: int) -> _Slot:
 def _launch(ctx: Context, slot: _Slot, rep: int) -> None:
     bed = slot.bed
     _reset(bed, slot.etc_mpi)
-    slot.run_dir = ctx.workdir / f"gap{bed.n}-{slot.method}-{rep}"
+    slot.run_dir = ctx.workdir / f"gap{bed.n}-{slot.method.replace(' ', '_')}-{rep}"
     slot.run_dir.mkdir(parents=True, exist_ok=True)
     for f in ("starts", "exits"):
         (slot.run_dir / f).write_text("")
@@ -109,7 +109,8 @@ def _launch(ctx: Context, slot: _Slot, rep: int) -> None:
                 "MW_EXITS": str(slot.run_dir / "exits"),
                 **OPERATOR_ENV,
                 **extra,
-            }
+            },
+            method=slot.method,
         )
     )
     slot.accept = [None] * bed.n
@@ -187,8 +188,8 @@ def run(ctx: Context, *, workers: int, methods: list[str], sequential: bool = Fa
         f"launch gap: {workers} workers over {SPREAD:g} s, {ctx.reps} reps, "
         f"methods {', '.join(methods)}"
     )
-    peers = [m for m in methods if m != "mpiwait"]
-    groups = [["mpiwait"]] if "mpiwait" in methods else []
+    peers = [m for m in methods if base(m) != "mpiwait"]
+    groups = [[m] for m in methods if base(m) == "mpiwait"]  # each alone
     groups += [[p] for p in peers] if sequential else ([peers] if peers else [])
     slots = {}
     runs: list[GapRun] = []

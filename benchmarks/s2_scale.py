@@ -16,7 +16,7 @@ from __future__ import annotations
 from benchmarks.common import LogTail, Stat, run_measured, sshd_logins
 from benchmarks.context import Context
 from benchmarks.loopbed import LoopBed
-from benchmarks.peers import METHODS
+from benchmarks.peers import BEFORE, METHODS, base
 
 PEERS_UP_TO = 300  # peers run for N <= this (as the issue asks)
 # sleep-loop logs in to one host after another (~0.22 s each here): 66 s a run at N = 300, five
@@ -35,6 +35,7 @@ def run(ctx: Context, *, sizes: list[int], methods: list[str]) -> dict:
             m
             for m in methods
             if m == "mpiwait"
+            or m == BEFORE
             or (
                 n <= PEERS_UP_TO
                 and m != "crash-and-retry"
@@ -45,20 +46,24 @@ def run(ctx: Context, *, sizes: list[int], methods: list[str]) -> dict:
             discover = lb.bed.client_dir / "loop-discover_hosts.sh"
             discover.write_text("#!/bin/sh\n" + "".join(f"echo {h}\n" for h in sorted(lb.names)))
             discover.chmod(0o555)
-            env = lb.bed._env(
-                ctx.env(
-                    {
-                        "K_MPI_JOB_ROLE": "launcher",
-                        "MW_HOSTFILE": str(lb.hostfile),
-                        "MW_DISCOVER": str(discover),
-                    }
+            envs = {
+                m: lb.bed._env(
+                    ctx.env(
+                        {
+                            "K_MPI_JOB_ROLE": "launcher",
+                            "MW_HOSTFILE": str(lb.hostfile),
+                            "MW_DISCOVER": str(discover),
+                        },
+                        method=m,
+                    )
                 )
-            )
+                for m in todo
+            }
             tail = LogTail(lb.sshd_log)
             per: dict[str, list[dict]] = {m: [] for m in todo}
             for rep in range(ctx.reps):
                 for method in todo:
-                    m = METHODS[method]
+                    m = METHODS[base(method)]
                     argv = m.init(ctx.scripts) or m.container(
                         ctx.scripts,
                         [],
@@ -71,7 +76,9 @@ def run(ctx: Context, *, sizes: list[int], methods: list[str]) -> dict:
                         ],
                     )
                     tail.mark()
-                    r = run_measured(lb.client_cmd(argv), env=env, timeout=TIMEOUT, sample_rss=0.2)
+                    r = run_measured(
+                        lb.client_cmd(argv), env=envs[method], timeout=TIMEOUT, sample_rss=0.2
+                    )
                     logins, _ = sshd_logins(tail.read())
                     row = {
                         "n": n,

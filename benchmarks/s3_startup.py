@@ -33,25 +33,35 @@ FACTOR = 4  # repetitions per --reps
 
 
 def _commands(
-    bed: testbed.TestBed, mpiwait_args: list[str]
-) -> dict[str, tuple[list[str], dict[str, str]]]:
+    bed: testbed.TestBed, mpiwait_args: list[str], variants: list[str]
+) -> dict[str, tuple[list[str], dict[str, str], str]]:
+    """label -> (argv, extra environment, the mpiwait variant it runs)"""
     mw = [PY, "-m", "mpiwait"]
     hosts = ",".join(bed.names)
-    return {
-        "python -c pass": ([PY, "-c", "pass"], {}),
-        "mpiwait --hosts (4 ready) -- true": (
+    waits = {
+        f"{variant} --hosts (4 ready) -- true": (
             [*mw, "--hosts", hosts, *mpiwait_args, "--", "true"],
             {},
-        ),
-        "ssh w1 true": (["ssh", bed.names[0], "true"], {}),
-        "mpiwait --version": ([*mw, "--version"], {}),
-        "mpiwait --help": ([*mw, "--help"], {}),
-        "mpiwait (worker role) -- true": ([*mw, "--", "true"], {"K_MPI_JOB_ROLE": "worker"}),
+            variant,
+        )
+        for variant in variants
+    }
+    return {
+        "python -c pass": ([PY, "-c", "pass"], {}, ""),
+        **waits,
+        "ssh w1 true": (["ssh", bed.names[0], "true"], {}, ""),
+        "mpiwait --version": ([*mw, "--version"], {}, ""),
+        "mpiwait --help": ([*mw, "--help"], {}, ""),
+        "mpiwait (worker role) -- true": ([*mw, "--", "true"], {"K_MPI_JOB_ROLE": "worker"}, ""),
     }
 
 
-def _imports_paramiko(ctx: Context, bed: testbed.TestBed, argv: list[str], extra) -> bool:
-    r = bed.run([argv[0], "-X", "importtime", *argv[1:]], env=ctx.env(extra), timeout=60)
+def _imports_paramiko(
+    ctx: Context, bed: testbed.TestBed, argv: list[str], extra, variant: str
+) -> bool:
+    r = bed.run(
+        [argv[0], "-X", "importtime", *argv[1:]], env=ctx.env(extra, method=variant), timeout=60
+    )
     return any(" paramiko" in line for line in r.stderr.splitlines())
 
 
@@ -60,13 +70,17 @@ def run(ctx: Context) -> dict:
     ctx.log(f"start-up: {HOSTS} ready hosts, {reps} runs of each command")
     runs: list[dict] = []
     with testbed.TestBed(HOSTS, workdir=ctx.workdir / "startbed") as bed:
-        cmds = _commands(bed, ctx.mpiwait_args)
+        cmds = _commands(bed, ctx.mpiwait_args, ctx.mpiwait_variants())
         # warm-up: bytecode cache, page cache, sshd's first fork
-        for argv, extra in cmds.values():
-            bed.run(argv, env=ctx.env(extra), timeout=60)
+        for argv, extra, variant in cmds.values():
+            bed.run(argv, env=ctx.env(extra, method=variant), timeout=60)
         for rep in range(reps):
-            for label, (argv, extra) in cmds.items():
-                r = run_measured(bed.launcher_cmd(argv), env=bed._env(ctx.env(extra)), timeout=60)
+            for label, (argv, extra, variant) in cmds.items():
+                r = run_measured(
+                    bed.launcher_cmd(argv),
+                    env=bed._env(ctx.env(extra, method=variant)),
+                    timeout=60,
+                )
                 if r.rc != 0:
                     ctx.log(f"  {label} failed (rc {r.rc}): {r.stderr.strip()[-300:]}")
                 runs.append(
@@ -80,8 +94,8 @@ def run(ctx: Context) -> dict:
                     }
                 )
         paramiko = {
-            label: _imports_paramiko(ctx, bed, argv, extra)
-            for label, (argv, extra) in cmds.items()
+            label: _imports_paramiko(ctx, bed, argv, extra, variant)
+            for label, (argv, extra, variant) in cmds.items()
             if label.startswith("mpiwait")
         }
     base = Stat.of(r["wall_s"] for r in runs if r["command"] == "python -c pass")

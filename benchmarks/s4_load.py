@@ -46,7 +46,7 @@ from benchmarks.common import (
     testbed,
 )
 from benchmarks.context import Context
-from benchmarks.peers import OPERATOR_ENV, launcher
+from benchmarks.peers import OPERATOR_ENV, base, launcher
 
 HOSTS = 50
 DOWN = 30.0
@@ -132,7 +132,8 @@ def _start(ctx: Context, slot: _Slot, rep: int, t0: float) -> None:
                 "MW_GATE": str(slot.run_dir / "gate"),
                 **OPERATOR_ENV,
                 **extra,
-            }
+            },
+            method=slot.method,
         )
     )
     trace = slot.run_dir / "trace"
@@ -244,11 +245,12 @@ def run(
     if not have_strace():
         ctx.log("load: strace not found (apt-get install strace): lookups are not counted")
     ctx.log(f"load: {HOSTS} hosts down for {DOWN:g} s then up, {ctx.reps} reps")
-    solo = [m for m in methods if m == "mpiwait"]
-    if solo and unresolved:
-        solo.append("mpiwait" + UNRESOLVED)
-    peers = [m for m in methods if m != "mpiwait"]
-    groups = [[m] for m in solo] if sequential else [solo] if solo else []
+    variants = [m for m in methods if base(m) == "mpiwait"]
+    peers = [m for m in methods if base(m) != "mpiwait"]
+    # each variant with its unresolvable-names twin beside it (before and after in turn)
+    pairs = [[m, m + UNRESOLVED] if unresolved else [m] for m in variants]
+    solo = [m for pair in pairs for m in pair]
+    groups = [[m] for m in solo] if sequential else pairs
     groups += [[p] for p in peers] if sequential else [peers] if peers else []
     methods = solo + peers
     slots = {m: _make_slot(ctx, m, k) for k, m in enumerate(methods)}

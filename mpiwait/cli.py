@@ -23,6 +23,7 @@ from mpiwait.settings import (
     DEFAULT_HOSTFILE,
     DEFAULT_PARALLEL,
     DEFAULT_PROBE_RATE,
+    DEFAULT_RECHECK_AFTER,
     DEFAULT_RETRY_INITIAL,
     DEFAULT_RETRY_MAX,
     DEFAULT_TERMINATION_LOG,
@@ -175,6 +176,15 @@ class _WordList(click.Path):
     show_default=True,
     help="Most probes started per second, all hosts together; 0: no limit.",
 )
+@click.option(
+    "--recheck-after",
+    type=click.FloatRange(min=0),
+    callback=_finite,
+    default=DEFAULT_RECHECK_AFTER,
+    show_default=True,
+    help="Before the launch, check again the hosts that passed more than S seconds ago; 0: never.",
+    metavar="S",
+)
 @click.option("--dry-run", is_flag=True, help="Print hosts and SSH settings, then exit.")
 @click.option(
     "--list-ready",
@@ -255,6 +265,7 @@ def command_line(ctx: click.Context, **params: object) -> Settings:
         retry_max=float(params["retry_max"]),  # type: ignore[arg-type]
         parallel=int(params["parallel"]),  # type: ignore[call-overload]
         probe_rate=float(params["probe_rate"]),  # type: ignore[arg-type]
+        recheck_after=float(params["recheck_after"]),  # type: ignore[arg-type]
         dry_run=bool(params["dry_run"]),
         list_ready=bool(params["list_ready"]),
         log_format=LogFormat(params["log_format"]),

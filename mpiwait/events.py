@@ -84,6 +84,24 @@ class HostReady:
 
 
 @dataclass(frozen=True)
+class Rechecking:
+    """Every host was ready, but these passed more than ``older_than`` seconds ago: checking
+    them again before the wait ends."""
+
+    hosts: tuple[str, ...]
+    older_than: float
+    elapsed: float
+
+
+@dataclass(frozen=True)
+class HostLost:
+    """A host that had passed failed its re-check: it is waited for again."""
+
+    state: HostState
+    elapsed: float
+
+
+@dataclass(frozen=True)
 class StillWaiting:
     """A periodic reminder of who is not ready and why, so a quiet log never looks hung."""
 
@@ -112,4 +130,13 @@ class WaitResult:
         return tuple(h for h in self.hosts if h.stage is not Stage.READY)
 
 
-Event = WaitStarted | HostsAdded | HostChanged | HostReady | StillWaiting | WaitResult
+Event = (
+    WaitStarted
+    | HostsAdded
+    | HostChanged
+    | HostReady
+    | Rechecking
+    | HostLost
+    | StillWaiting
+    | WaitResult
+)

@@ -19,9 +19,11 @@ from mpiwait.events import (
     End,
     Event,
     HostChanged,
+    HostLost,
     HostReady,
     HostsAdded,
     HostState,
+    Rechecking,
     Stage,
     StillWaiting,
     WaitResult,
@@ -205,6 +207,15 @@ class Reporter:
                 total=event.total,
                 elapsed=round(event.elapsed, 3),
             )
+        elif isinstance(event, Rechecking):
+            self._json(
+                "recheck",
+                hosts=list(event.hosts),
+                older_than=event.older_than,
+                elapsed=round(event.elapsed, 3),
+            )
+        elif isinstance(event, HostLost):
+            self._json("lost", elapsed=round(event.elapsed, 3), **_state_dict(event.state))
         elif isinstance(event, StillWaiting):
             # Every 10 s while waiting: bounded whatever the number of hosts (a count per
             # group and the first few of each); the full list is in the final "result".
@@ -269,6 +280,19 @@ class Reporter:
                 self._last_progress = event.ready
                 who = f" ({event.host})" if event.total <= PER_HOST_LINES_UP_TO else ""
                 self.line(f"[+{event.elapsed:.1f}s] {event.ready}/{event.total} ready{who}")
+        elif isinstance(event, Rechecking):
+            count = len(event.hosts)
+            names = _names([HostState(h, Stage.READY) for h in event.hosts], details=False)
+            self.line(
+                f"[+{event.elapsed:.1f}s] re-checking {_hosts(count)} ready for more than "
+                f"{event.older_than:g}s: {names}"
+            )
+        elif isinstance(event, HostLost):
+            state = event.state  # always shown: it is why the launch waits again
+            self.line(
+                f"[+{event.elapsed:.1f}s] {state.host} no longer ready: {state.stage.value} "
+                f"{state.reason}" + (f" ({state.detail})" if state.detail else "")
+            )
         elif isinstance(event, StillWaiting):
             ready = sum(1 for h in event.hosts if h.stage is Stage.READY)
             groups = group_not_ready(event.hosts)

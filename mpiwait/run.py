@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import math
 import os
 import signal
 import sys
@@ -299,6 +300,7 @@ def _wait(settings, sources: HostSources, names, attempt, reporter):
             reread_interval=SOURCE_REREAD_INTERVAL,
             permanent_after=PERMANENT_FAILURES_BEFORE_EXIT,
             status_interval=STATUS_INTERVAL,
+            recheck_after=settings.recheck_after or math.inf,  # 0: never
         ),
         emit=reporter,
     )

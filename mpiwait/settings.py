@@ -37,15 +37,48 @@ DEFAULT_TIMEOUT = 600.0
 # probe slot for long.
 DEFAULT_CONNECT_TIMEOUT = 5.0
 
-# Full-jitter exponential backoff per host. The first retries come quickly because most workers
-# become ready within seconds of the launcher; the cap bounds how long a ready host can go
-# unnoticed, which is most of the launch gap: with full jitter the time from "sshd accepts" to
-# the next attempt has median 0.29 x cap and p95 0.78 x cap, and the login and exec add ~40 ms.
-# A cap of 2 s gave gaps of 0.6-1.6 s; 0.5 s gives a median of ~0.2 s and a p95 of ~0.45 s
-# (benchmarks/, scenario 1). Unready checks are cheap (a name lookup, or a refused connect to an
-# address already known), ~4 a second per host; the probe-rate budget below bounds the total.
+# The envelope of the retry schedule (schedule.py): the first retry comes within 0.1 s, and no
+# host goes untried longer than 0.5 s (unless the probe budget is saturated), since the time
+# from "sshd accepts" to the next attempt is most of the launch gap. Within it, how often a
+# host is actually tried follows the probe budget and the floors below.
 DEFAULT_RETRY_INITIAL = 0.1
 DEFAULT_RETRY_MAX = 0.5
+
+# The most often one unready host is tried, by the stage that failed; with few hosts missing
+# (the end of every wait) these set the launch gap: a host that just became ready waits half a
+# floor on average for its next attempt, plus ~40 ms of login and exec. Under a 0.5-s cap
+# (the previous schedule: full jitter over the window, ~4 tries/s) the gap was 0.16 s median
+# for 8 workers and 0.24 s for 64; the floors bring the wait for the next attempt down to
+# ~10-25 ms (benchmarks/, scenario 1).
+# - tcp (refused, mostly): a refused connect costs the worker's kernel one SYN and one RST,
+#   microseconds of work; 50 a second is nothing to a pod and far below any SYN-flood defence.
+# - dns: an unresolvable name costs the cluster's DNS up to 8 queries (4 names of a pod's
+#   search list x A and AAAA); 20 lookups/s is <= 160 queries/s for one missing host, a tenth
+#   of what the probe budget already allows the whole job, and ~1% of one CoreDNS replica.
+# - ssh (banner, handshake, remote command): each try costs the worker's sshd a fork and a key
+#   exchange (milliseconds of CPU, a MaxStartups slot), so no more than 10 a second.
+RETRY_FLOOR_TCP = 0.02
+RETRY_FLOOR_DNS = 0.05
+RETRY_FLOOR_SSH = 0.1
+
+# A host away for longer than the grace period is not racing the others' start-up: it pulls a
+# multi-GB image or is being rescheduled, and a few hundred ms of extra notice are nothing
+# next to that. From then on its window doubles every BACKOFF_DOUBLING seconds up to the
+# envelope, so after about a minute it costs what it cost under the previous schedule (~4
+# tries/s), and a thousand absent workers are bounded by the probe budget as before. 20 s
+# covers the spread of a normal start (scenario 1 spreads 8-64 workers over 10 s).
+BACKOFF_GRACE = 20.0
+BACKOFF_DOUBLING = 10.0
+
+# Before the launch (and before exit 0 without COMMAND), hosts that passed longer ago than this
+# are checked again, all at once: a worker restarted, evicted or preempted while the last one
+# was still pulling its image would otherwise make mpirun fail on it. 30 s is three times the
+# slowest normal start measured here (1000 hosts verified in ~10 s on 2 cores; a job of 8-64
+# workers starting over 10 s), so a quick start never pays for a re-check; a wait that is long
+# enough for a restart to happen in it (minutes of image pulling) always does. A host that
+# passed within the last 30 s is left to mpirun's own ssh, which mpi-operator sets to retry a
+# refused connect for 10 s (ConnectionAttempts=10).
+DEFAULT_RECHECK_AFTER = 30.0
 
 # A name whose address refused the SSH port is looked up again at most this often; the attempts
 # in between connect to the address already known. A refused connect proves the address is
@@ -140,6 +173,7 @@ class Settings:
     retry_max: float = DEFAULT_RETRY_MAX
     parallel: int = DEFAULT_PARALLEL
     probe_rate: float = DEFAULT_PROBE_RATE
+    recheck_after: float = DEFAULT_RECHECK_AFTER  # 0: never re-check
     dry_run: bool = False
     list_ready: bool = False  # print the hosts that pass now, host[:slots] per line, and exit
     log_format: LogFormat = LogFormat.TEXT

@@ -4,10 +4,16 @@ It knows nothing about what a probe does (it gets Outcome values back) nor how e
 shown (it hands them to ``emit``). Time and concurrency come in through a Runner, so the whole
 loop runs in unit tests against a fake clock, hundreds of rounds in milliseconds.
 
-Per host: full-jitter exponential backoff (tenacity's ``wait_random_exponential``) from the
-moment an attempt ends; a host that has passed is never probed again. Across hosts: at most
-``parallel`` attempts in flight and at most ``probe_rate`` started per second (a token bucket),
-so a thousand unready workers do not turn into a flood of DNS queries.
+Per host: a delay from the moment an attempt ends, chosen by a Schedule (schedule.py) that
+shares the probe budget among the hosts still missing. Across hosts: at most ``parallel``
+attempts in flight and at most ``probe_rate`` started per second (a token bucket), so a thousand
+unready workers do not turn into a flood of DNS queries.
+
+A host that has passed is not probed again while others are missing; but before the wait ends
+with every host ready, the hosts that passed longer than ``recheck_after`` ago are checked once
+more (all at once, within the same limits and deadline), and one that fails goes back to
+waiting: a worker restarted while the last one was still pulling its image would otherwise
+fail the launch.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from __future__ import annotations
 import heapq
 import math
 import queue
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -26,14 +33,24 @@ from mpiwait.events import (
     End,
     Event,
     HostChanged,
+    HostLost,
     HostReady,
     HostsAdded,
     HostState,
     Outcome,
+    Rechecking,
     Stage,
     Status,
     StillWaiting,
     WaitResult,
+)
+from mpiwait.schedule import RetryPolicy, Schedule
+from mpiwait.settings import (
+    BACKOFF_DOUBLING,
+    BACKOFF_GRACE,
+    RETRY_FLOOR_DNS,
+    RETRY_FLOOR_SSH,
+    RETRY_FLOOR_TCP,
 )
 
 # Refilled tokens add up in floating point; 0.9999999 must count as a whole token, or the loop
@@ -63,22 +80,24 @@ class WaitPolicy:
     reread_interval: float
     permanent_after: int
     status_interval: float = math.inf  # how often to emit StillWaiting while hosts are not ready
+    recheck_after: float = math.inf  # re-check, before the end, hosts that passed this long ago
+    floor_dns: float = RETRY_FLOOR_DNS
+    floor_tcp: float = RETRY_FLOOR_TCP
+    floor_ssh: float = RETRY_FLOOR_SSH
+    backoff_grace: float = BACKOFF_GRACE
+    backoff_doubling: float = BACKOFF_DOUBLING
 
-
-def backoff(initial: float, maximum: float) -> Callable[[int], float]:
-    """Seconds to wait after the ``attempt``-th failed attempt (1-based): full jitter."""
-    import tenacity
-
-    strategy = tenacity.wait_random_exponential(multiplier=initial, max=maximum)
-
-    def delay(attempt: int) -> float:
-        # tenacity's strategies read only attempt_number; a bare call state lets one strategy
-        # serve many hosts from a single loop instead of a thread per host under Retrying.
-        state = tenacity.RetryCallState(None, None, (), {})
-        state.attempt_number = attempt
-        return float(strategy(state))
-
-    return delay
+    def retry(self) -> RetryPolicy:
+        return RetryPolicy(
+            initial=self.retry_initial,
+            maximum=self.retry_max,
+            probe_rate=self.probe_rate,
+            floor_dns=self.floor_dns,
+            floor_tcp=self.floor_tcp,
+            floor_ssh=self.floor_ssh,
+            grace=self.backoff_grace,
+            doubling=self.backoff_doubling,
+        )
 
 
 @dataclass
@@ -91,6 +110,9 @@ class _Track:
     fatal_streak: int = 0
     in_flight: bool = False
     hint: str | None = None
+    since: float = 0.0  # when its current stretch of not being ready began
+    passed_at: float = -math.inf  # when an attempt last passed
+    rechecking: bool = False
 
     def state(self) -> HostState:
         return HostState(self.host, self.stage, self.reason, self.detail, self.attempts)
@@ -101,7 +123,7 @@ class _Loop:
     policy: WaitPolicy
     runner: Runner
     emit: Callable[[Event], None]
-    delay: Callable[[int], float]
+    schedule: Schedule
     started: float
     tracks: dict[str, _Track] = field(default_factory=dict)
     due: list[tuple[float, int, str]] = field(default_factory=list)  # heap of idle hosts
@@ -112,7 +134,7 @@ class _Loop:
     def add(self, hosts: tuple[str, ...], at: float) -> tuple[str, ...]:
         new = tuple(h for h in hosts if h not in self.tracks)
         for host in new:
-            self.tracks[host] = _Track(host)
+            self.tracks[host] = _Track(host, since=at)
             self._schedule(host, at)
         return new
 
@@ -136,12 +158,19 @@ class _Loop:
         track.in_flight = False
         self.in_flight -= 1
         track.attempts += 1
+        rechecked, track.rechecking = track.rechecking, False
         changed = (outcome.stage, outcome.reason) != (track.stage, track.reason)
         track.stage, track.reason, track.detail = outcome.stage, outcome.reason, outcome.detail
         if outcome.status is Status.READY:
+            track.passed_at = now
             self.ready += 1
-            self.emit(HostReady(host, self.ready, len(self.tracks), now - self.started))
+            if not rechecked:  # a re-check that passes changes nothing worth a line
+                self.emit(HostReady(host, self.ready, len(self.tracks), now - self.started))
             return None
+        if rechecked:
+            track.since = now
+            self.emit(HostLost(track.state(), now - self.started))
+            changed = False
         if outcome.status is Status.FATAL:
             track.fatal_streak += 1
             track.hint = outcome.hint
@@ -151,8 +180,31 @@ class _Loop:
             track.fatal_streak = 0
         if changed:
             self.emit(HostChanged(track.state(), now - self.started))
-        self._schedule(host, now + self.delay(track.attempts))
+        wait = self.schedule.delay(
+            stage=outcome.stage,
+            status=outcome.status,
+            attempts=track.attempts,
+            away=now - track.since,
+            missing=len(self.tracks) - self.ready,
+        )
+        self._schedule(host, now + wait)
         return None
+
+    def recheck(self, now: float) -> bool:
+        """Every host ready: send back the stale ones for another check; False if none."""
+        horizon = now - self.policy.recheck_after
+        stale = [t for t in self.tracks.values() if t.passed_at < horizon]
+        if not stale:
+            return False
+        self.emit(
+            Rechecking(tuple(t.host for t in stale), self.policy.recheck_after, now - self.started)
+        )
+        for track in stale:
+            track.rechecking = True
+            track.stage, track.reason, track.detail = Stage.PENDING, "re-checking", ""
+            self.ready -= 1
+            self._schedule(track.host, now)
+        return True
 
 
 def wait_for_hosts(
@@ -162,17 +214,17 @@ def wait_for_hosts(
     runner: Runner,
     policy: WaitPolicy,
     emit: Callable[[Event], None],
-    delay: Callable[[int], float] | None = None,
+    rng: random.Random | None = None,
 ) -> WaitResult:
     """Wait until every listed host is ready, the deadline passes, or a host fails for good.
 
     ``first`` are the hosts known at the start; ``read_hosts`` re-reads the sources and returns
     (hosts, source descriptions); hosts once listed stay waited for, since a worker that
-    disappears from discover_hosts.sh is restarting, not leaving the job.
+    disappears from discover_hosts.sh is restarting, not leaving the job. ``rng`` is the
+    source of the retry jitter (tests pass a seeded one).
     """
-    delay = delay or backoff(policy.retry_initial, policy.retry_max)
     start = runner.now()
-    loop = _Loop(policy, runner, emit, delay, start)
+    loop = _Loop(policy, runner, emit, Schedule(policy.retry(), rng), start)
     loop.add(first, start)
     deadline = start + policy.timeout if policy.timeout > 0 else math.inf
     next_reread = start + policy.reread_interval
@@ -189,7 +241,7 @@ def wait_for_hosts(
                 if new:
                     emit(HostsAdded(new, len(loop.tracks), sources))
                 next_reread = now + policy.reread_interval
-            if loop.tracks and loop.ready == len(loop.tracks):
+            if loop.tracks and loop.ready == len(loop.tracks) and not loop.recheck(now):
                 return loop.result(End.READY)
             if now >= deadline:
                 return loop.result(End.TIMEOUT)

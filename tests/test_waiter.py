@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections.abc import Callable
 
 import pytest
@@ -12,14 +13,17 @@ from mpiwait.errors import Interrupted
 from mpiwait.events import (
     End,
     HostChanged,
+    HostLost,
     HostReady,
     HostsAdded,
     Outcome,
+    Rechecking,
     Stage,
     Status,
     StillWaiting,
 )
-from mpiwait.waiter import WaitPolicy, backoff, wait_for_hosts
+from mpiwait.schedule import Schedule
+from mpiwait.waiter import WaitPolicy, wait_for_hosts
 
 READY = Outcome(Status.READY, Stage.READY, "ready")
 REFUSED = Outcome(Status.RETRY, Stage.TCP, "refused", "refused")
@@ -79,7 +83,7 @@ def policy(**kw) -> WaitPolicy:
     return WaitPolicy(**base)
 
 
-def run(hosts, probe, *, read=None, runner=None, delay=None, **kw):
+def run(hosts, probe, *, read=None, runner=None, seed=1, **kw):
     runner = runner or FakeRunner(probe)
     events = []
     result = wait_for_hosts(
@@ -88,7 +92,7 @@ def run(hosts, probe, *, read=None, runner=None, delay=None, **kw):
         runner=runner,
         policy=policy(**kw),
         emit=events.append,
-        delay=delay,
+        rng=random.Random(seed),
     )
     return result, events, runner
 
@@ -128,21 +132,18 @@ def test_no_deadline_waits_as_long_as_it_takes():
     assert result.end is End.READY
 
 
-def test_backoff_spacing_grows_and_is_capped():
+def test_a_lone_missing_host_is_tried_at_its_floor_then_backs_off_when_it_stays_away():
+    # One host refusing for 120 s with a 2-s cap: tried every floor (20 ms + the attempt's
+    # 10 ms) during the grace period, then the window doubles every 10 s up to the cap.
     _, _, runner = run(["a"], lambda h, t: REFUSED, timeout=120)
     times = [t for t, _ in runner.starts]
-    gaps = [b - a for a, b in itertools.pairwise(times)]
-    assert all(gap <= 2.0 + 0.01 + 1e-9 for gap in gaps)
-    # ~120 s at a full-jitter cap of 2 s is about 120 attempts, not thousands.
-    assert 60 < len(times) < 400
-
-
-def test_backoff_is_full_jitter_exponential():
-    delay = backoff(0.1, 2.0)
-    for attempt, window in [(1, 0.1), (2, 0.2), (3, 0.4), (10, 2.0), (50, 2.0)]:
-        samples = [delay(attempt) for _ in range(200)]
-        assert all(0 <= s <= window + 1e-9 for s in samples)
-        assert max(samples) > window / 2  # jitter spans the window
+    gaps = [(a, b - a) for a, b in itertools.pairwise(times)]
+    assert all(gap <= 2.0 + 0.01 + 1e-9 for _, gap in gaps)
+    early = [gap for t, gap in gaps if 1 < t < 19]
+    assert early and all(gap == pytest.approx(0.03) for gap in early)
+    late = [gap for t, gap in gaps if t > 100]  # window at the 2-s cap: mean ~1 s
+    assert 0.7 < sum(late) / len(late) < 1.3
+    assert all(gap >= 0.02 for _, gap in gaps)  # never under the floor
 
 
 def test_permanent_failure_three_in_a_row_ends_the_wait():
@@ -258,3 +259,200 @@ def test_a_thousand_hosts_run_quickly_under_the_fake_clock():
     )
     assert result.end is End.READY
     assert len(runner.starts) < 1000 * 8
+
+
+# --------------------------------------------------------------------------------------------
+# the schedule: the fewer hosts missing, the more often each is tried, within the limits
+
+
+def _schedule(seed: int = 1, **kw) -> Schedule:
+    return Schedule(policy(**kw).retry(), random.Random(seed))
+
+
+def test_a_lone_missing_host_waits_exactly_its_stage_floor():
+    s = _schedule(probe_rate=200)
+    for stage, floor in [(Stage.TCP, 0.02), (Stage.DNS, 0.05), (Stage.SSH, 0.1)]:
+        assert s.delay(stage=stage, status=Status.RETRY, attempts=5, away=3, missing=1) == floor
+
+
+def test_many_missing_hosts_share_the_budget_under_the_envelope():
+    s = _schedule(probe_rate=200, retry_max=2.0)
+    # 40 missing at 200/s: each may be tried every 0.2 s; the envelope after 5 tries is 1.6 s
+    delays = [
+        s.delay(stage=Stage.TCP, status=Status.RETRY, attempts=5, away=3, missing=40)
+        for _ in range(500)
+    ]
+    assert all(0.02 <= d <= 0.2 for d in delays)
+    assert max(delays) > 0.18  # jittered over the whole window, not pinned to the floor
+    # 1000 missing: the share (5 s) is above the envelope, which caps the wait as before
+    d = [
+        s.delay(stage=Stage.DNS, status=Status.RETRY, attempts=1, away=0, missing=1000)
+        for _ in range(200)
+    ]
+    assert all(0.05 <= x <= 0.1 for x in d)  # first retry within --retry-initial
+
+
+def test_a_host_away_past_the_grace_period_backs_off_to_the_envelope():
+    s = _schedule(probe_rate=200, retry_max=0.5)
+
+    def window(away):
+        return max(
+            s.delay(stage=Stage.TCP, status=Status.RETRY, attempts=50, away=away, missing=1)
+            for _ in range(300)
+        )
+
+    assert window(19) == pytest.approx(0.02)
+    assert window(40) == pytest.approx(0.08, rel=0.05)  # grace 20 s, then x2 every 10 s
+    assert window(600) == pytest.approx(0.5, rel=0.05)  # the old schedule: capped at 0.5 s
+
+
+def test_a_rejected_key_keeps_the_full_jitter_backoff():
+    s = _schedule(probe_rate=200, retry_initial=0.1, retry_max=2.0)
+    for attempts, window in [(1, 0.1), (2, 0.2), (3, 0.4)]:
+        d = [
+            s.delay(stage=Stage.SSH, status=Status.FATAL, attempts=attempts, away=1, missing=1)
+            for _ in range(300)
+        ]
+        assert all(0 <= x <= window for x in d)
+        assert min(d) < 0.1 * window  # full jitter: not held at the ssh floor
+
+
+def test_the_jitter_comes_from_the_injected_random_source():
+    def starts(seed):
+        probe = lambda h, t: READY if t > 3 + int(h[1:]) * 0.1 else REFUSED  # noqa: E731
+        _, _, runner = run([f"h{i}" for i in range(20)], probe, probe_rate=200, seed=seed)
+        return runner.starts
+
+    assert starts(7) == starts(7)
+    assert starts(7) != starts(8)
+
+
+def test_the_last_missing_host_is_tried_far_more_often_than_when_all_were_missing():
+    hosts = [f"h{i}" for i in range(64)]
+
+    def probe(h, t):
+        if h == "h0":
+            return READY if t > 6.0 else REFUSED
+        return READY if t > 2.0 else REFUSED
+
+    result, _, runner = run(hosts, probe, probe_rate=200, retry_max=0.5, parallel=32)
+    assert result.end is End.READY
+    early = [t for t, h in runner.starts if h == "h0" and 0.5 < t < 2.0]
+    late = [t for t, h in runner.starts if h == "h0" and 3.0 < t < 6.0]
+    assert len(late) / 3.0 > 4 * len(early) / 1.5  # per second, alone vs among 64
+    # once alone, it is tried every floor + attempt: the ready host is noticed within 30 ms
+    assert result.elapsed - 6.0 <= 0.02 + 0.01 + 0.01 + 1e-9
+
+
+def test_a_thousand_absent_hosts_cost_the_budget_and_no_more():
+    hosts = [f"w{i}" for i in range(1000)]
+    result, _, runner = run(
+        hosts, lambda h, t: UNRESOLVED, probe_rate=200, parallel=32, timeout=60, retry_max=0.5
+    )
+    assert result.end is End.TIMEOUT
+    per_second: dict[int, int] = {}
+    for t, _ in runner.starts:
+        per_second[int(t)] = per_second.get(int(t), 0) + 1
+    assert max(per_second.values()) <= 200 + 32
+    assert 0.95 * 200 * 60 <= len(runner.starts) <= 200 * 60 + 32  # all of it, evenly
+    tries = {h: 0 for h in hosts}
+    for _, h in runner.starts:
+        tries[h] += 1
+    assert max(tries.values()) - min(tries.values()) <= 3  # shared fairly
+
+
+def test_floors_hold_under_no_probe_budget():
+    _, _, runner = run(["a", "b"], lambda h, t: UNRESOLVED, probe_rate=0, timeout=5)
+    for host in ("a", "b"):
+        times = [t for t, h in runner.starts if h == host]
+        assert all(b - a >= 0.05 for a, b in itertools.pairwise(times))
+
+
+# --------------------------------------------------------------------------------------------
+# re-check before the end
+
+
+def test_hosts_that_all_pass_within_the_bound_are_not_rechecked():
+    result, events, runner = run(
+        ["a", "b", "late"],
+        lambda h, t: READY if h != "late" or t > 5 else REFUSED,
+        recheck_after=30,
+    )
+    assert result.end is End.READY
+    assert not [e for e in events if isinstance(e, Rechecking)]
+    assert [h for _, h in runner.starts].count("a") == 1
+
+
+def test_a_host_that_passed_long_ago_is_checked_once_more_before_the_end():
+    result, events, runner = run(
+        ["a", "b", "late"],
+        lambda h, t: READY if h == "a" or t > 40 else REFUSED,
+        recheck_after=30,
+    )
+    assert result.end is End.READY
+    rechecks = [e for e in events if isinstance(e, Rechecking)]
+    assert [(e.hosts, e.older_than) for e in rechecks] == [(("a",), 30)]
+    a = [t for t, h in runner.starts if h == "a"]
+    assert len(a) == 2 and a[1] > 40
+    assert result.elapsed == pytest.approx(a[1] + 0.01)  # the end waited for it
+    # a re-check that passes says nothing more: each host was announced ready once
+    assert sorted(e.host for e in events if isinstance(e, HostReady)) == ["a", "b", "late"]
+
+
+def test_a_host_that_fails_its_recheck_is_waited_for_again():
+    # "a" passes at once, dies at t=20 and comes back at t=60; "late" arrives at t=40.
+    def probe(h, t):
+        if h == "a":
+            return REFUSED if 20 < t < 60 else READY
+        return READY if t > 40 else REFUSED
+
+    result, events, _ = run(["a", "late"], probe, recheck_after=30, timeout=120)
+    assert result.end is End.READY
+    lost = [e for e in events if isinstance(e, HostLost)]
+    assert [(e.state.host, e.state.stage, e.state.reason) for e in lost] == [
+        ("a", Stage.TCP, "refused")
+    ]
+    assert 40 < lost[0].elapsed < 41
+    assert 60 < result.elapsed < 60 + 0.5 + 0.1
+    ready = [(e.host, e.ready) for e in events if isinstance(e, HostReady)]
+    assert ready == [("a", 1), ("late", 2), ("a", 2)]
+    assert all(h.stage is Stage.READY for h in result.hosts)
+
+
+def test_a_host_that_dies_for_good_after_passing_ends_in_timeout_naming_it():
+    def probe(h, t):
+        if h == "a":
+            return REFUSED if t > 20 else READY
+        return READY if t > 40 else REFUSED
+
+    result, events, _ = run(["a", "late"], probe, recheck_after=30, timeout=90)
+    assert result.end is End.TIMEOUT
+    assert result.elapsed == pytest.approx(90)
+    assert [(h.host, h.stage, h.reason) for h in result.not_ready] == [("a", Stage.TCP, "refused")]
+    assert len([e for e in events if isinstance(e, HostLost)]) == 1
+
+
+def test_rechecks_run_together_within_the_parallel_limit():
+    hosts = [f"h{i}" for i in range(10)]
+    result, events, runner = run(
+        [*hosts, "late"],
+        lambda h, t: READY if h != "late" or t > 40 else REFUSED,
+        recheck_after=30,
+        parallel=3,
+    )
+    assert result.end is End.READY
+    (recheck,) = [e for e in events if isinstance(e, Rechecking)]
+    assert sorted(recheck.hosts) == sorted(hosts)
+    again = [t for t, h in runner.starts if h != "late" and t > 40]
+    assert len(again) == 10
+    assert max(again) - min(again) < 0.05  # in waves of three, one attempt long each
+    assert runner.max_in_flight <= 3
+
+
+def test_a_recheck_ended_by_the_deadline_shows_the_host_as_unconfirmed():
+    runner = FakeRunner(lambda h, t: READY if h == "a" or t > 40 else REFUSED, duration=5)
+    result, _, _ = run(["a", "late"], None, runner=runner, recheck_after=30, timeout=43)
+    assert result.end is End.TIMEOUT
+    assert [(h.host, h.stage, h.reason) for h in result.not_ready] == [
+        ("a", Stage.PENDING, "re-checking")
+    ]
