@@ -424,6 +424,16 @@ _option = st.sampled_from(
         "Include inc/1.conf",
         "CanonicalizeHostname yes",
         "HostKeyAlias Alias.X",
+        "IgnoreUnknown Foo*",
+        "FooBar yes",
+        "IdentityFile none",
+        "UserKnownHostsFile none",
+        "GlobalKnownHostsFile none",
+        "HostName 10.0.0.05",
+        "User %u",
+        "Port 0",
+        'User "two words"',
+        "BatchMode yes # comment",
     ]
 )
 _block = st.tuples(_header(), st.lists(_option, min_size=1, max_size=3))
