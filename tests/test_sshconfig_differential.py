@@ -52,6 +52,7 @@ class Case:
     files: dict[str, str] = field(default_factory=dict)  # more files, relative to the case
     mode: int = 0o644  # of the user config
     dash_f: bool = True  # also compare with -F (which ignores system and mode)
+    owner: int | None = None  # uid to give the user config (root only)
 
 
 W = ("w1", "W1", "Worker-1", "worker-2", "node-7", "x")
@@ -107,6 +108,19 @@ CASES: list[Case] = [
     Case("Match canonical without canonicalization", "Match canonical\n  Port 5\n", ("w",)),
     Case("group-writable user config", "Port 2345\n", ("w",), mode=0o664, dash_f=False),
     Case("world-writable user config", "Port 2345\n", ("w",), mode=0o666, dash_f=False),
+    Case(
+        "user config owned by another user",
+        "Port 2345\n",
+        ("w",),
+        owner=65534,
+        dash_f=False,
+    ),
+    Case(
+        "Include of a group-writable file",
+        "Include {d}/inc/gw.conf\n",
+        ("w",),
+        files={"inc/gw.conf": "Port 1\n"},
+    ),
     Case("unknown keyword", "Host *\n  Bogus yes\n", ("w",)),
     Case("unknown keyword in an unused block", "Host never\n  Bogus yes\n", ("w",)),
     # --- IgnoreUnknown
@@ -291,10 +305,13 @@ def _lay_out(case: Case, d: Path) -> None:
         return p
 
     (d / "etc-ssh").mkdir(parents=True, exist_ok=True)
-    put("home/.ssh/config", case.user, case.mode)
+    cfg = put("home/.ssh/config", case.user, case.mode)
+    if case.owner is not None and os.getuid() == 0:
+        os.chown(cfg, case.owner, -1)
     put("etc-ssh/ssh_config", case.system)
     for rel, text in case.files.items():
-        put(rel, text, 0o666 if rel.endswith("ww.conf") else 0o644)
+        mode = {"ww.conf": 0o666, "gw.conf": 0o664}.get(rel.rsplit("/", 1)[-1], 0o644)
+        put(rel, text, mode)
 
 
 def _dash_f_diffs(case: Case, d: Path) -> list[str]:
