@@ -57,6 +57,37 @@ class Case:
 
 W = ("w1", "W1", "Worker-1", "worker-2", "node-7", "x")
 
+# Options mpiwait does not use, whose values ssh checks anyway: (accepted, refused) pairs.
+VALUE_CHECKS = [
+    ("Ciphers aes128-ctr,chacha20-poly1305@openssh.com", "Ciphers aes128-ctr,bogus"),
+    ("Ciphers -bogus", "Ciphers +aes*"),
+    ("MACs ^hmac-sha2-256-etm@openssh.com", "MACs hmac-sha3"),
+    ("KexAlgorithms +diffie-hellman-group1-sha1", "KexAlgorithms bogus"),
+    ("HostKeyAlgorithms rsa-sha2-256,ssh-ed25519*", "HostKeyAlgorithms bogus*"),
+    ("PubkeyAcceptedAlgorithms +ssh-rsa", "PubkeyAcceptedKeyTypes ssh-foo"),
+    ("LogLevel DEBUG1", "LogLevel loud"),
+    ("SyslogFacility LOCAL0", "SyslogFacility LOCAL8"),
+    ("FingerprintHash sha1", "FingerprintHash sha3"),
+    ("EscapeChar ^A", "EscapeChar ab"),
+    ("ControlPersist 10m", "ControlPersist maybe"),
+    ("IPQoS af21 cs1", "IPQoS bogus"),
+    ("IPQoS 0x10", "IPQoS 256"),
+    ("RekeyLimit 1G 1h", "RekeyLimit 10"),
+    ("RekeyLimit default none", "RekeyLimit 1G forever"),
+    ("StreamLocalBindMask 0177", "StreamLocalBindMask 9"),
+    ("SetEnv A=b C=d", "SetEnv A"),
+    ("SendEnv LANG LC_*", "SendEnv A=b"),
+    ("LocalForward 8080 localhost:80", "LocalForward 8080"),
+    ("CanonicalizePermittedCNAMEs x", "Ciphers aes128-ctr aes256-ctr"),
+    ("ConnectionAttempts 10", "ConnectionAttempts ten"),
+    ("ServerAliveInterval 30", "ServerAliveCountMax -1"),
+    ("Compression yes", "Compression delayed"),
+    ("AddressFamily inet6", "AddressFamily ipv6"),
+    ("RequestTTY force", "RequestTTY always"),
+    ("Tunnel point-to-point", "SessionType shell"),
+    ("UpdateHostKeys ask", "VerifyHostKeyDNS maybe"),
+]
+
 CASES: list[Case] = [
     # --- the divergences of issue 11, each kept as a case
     Case("lowercase host", "Host Worker-1\n  Port 2201\n", ("Worker-1", "worker-1", "WORKER-1")),
@@ -123,6 +154,11 @@ CASES: list[Case] = [
     ),
     Case("unknown keyword", "Host *\n  Bogus yes\n", ("w",)),
     Case("unknown keyword in an unused block", "Host never\n  Bogus yes\n", ("w",)),
+    *(
+        Case(f"value check: {text}", f"Host never\n  {text}\n", ("w",))
+        for pair in VALUE_CHECKS
+        for text in pair
+    ),
     # --- IgnoreUnknown
     Case("IgnoreUnknown before", "IgnoreUnknown Bogus,Other*\nBogus yes\nOtherThing 1\n", ("w",)),
     Case("IgnoreUnknown after", "Bogus yes\nIgnoreUnknown bogus\n", ("w",)),
