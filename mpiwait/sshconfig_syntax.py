@@ -33,7 +33,6 @@ MATCH = "match"
 INCLUDE = "include"
 PROXYJUMP = "proxyjump"
 ANY = "any"  # arguments not checked here (forwardings, ...): see the README
-CHECKED = "checked"  # not read by mpiwait, but checked as ssh checks it (_CHECKS)
 IGNORE = "ignore"  # deprecated, or unsupported in this build: ssh reads past them
 
 
