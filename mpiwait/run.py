@@ -133,9 +133,8 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     prober.preflight(names)
 
     notes: list[str] = []
-    agent = resolver.agent_note() if settings.check is Check.SSH else None
-    if agent:
-        notes.append(agent)
+    if settings.check is Check.SSH:
+        notes.extend(resolver.offered_by_ssh_only())
     if settings.check is Check.SSH and not resolver.config_sets_host_key_policy():
         notes.append(
             "no ssh config sets StrictHostKeyChecking: accepting unknown host keys without "

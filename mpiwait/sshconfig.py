@@ -68,6 +68,8 @@ class SSHTarget:
     connect_timeout: float | None  # from ConnectTimeout, None if not set (or 0/none)
     config_files: tuple[str, ...]  # the files that were read
     host_key_alias: str | None = None  # HostKeyAlias, lowercased as ssh does
+    # What ssh would also offer and mpiwait does not (an agent, certificates), for a note.
+    offered_by_ssh_only: tuple[str, ...] = ()
 
     @property
     def known_hosts_address(self) -> tuple[str, int]:
@@ -158,14 +160,14 @@ class SSHResolver:
     def config_sets_host_key_policy(self) -> bool:
         return self._evaluator.sets_host_key_policy
 
-    def agent_note(self) -> str | None:
-        """Why ssh might log in with keys mpiwait does not try (an ssh-agent), if it might."""
-        if self._environ.get("SSH_AUTH_SOCK"):
-            return (
-                "SSH_AUTH_SOCK is set: ssh will also offer the agent's keys, mpiwait probes with "
-                "key files only (a worker that accepts only an agent key is reported as refusing)"
-            )
-        return None
+    def offered_by_ssh_only(self) -> tuple[str, ...]:
+        """Notes on what ssh offers besides the key files mpiwait probes with, for the hosts
+        resolved so far: an ssh-agent, certificates next to the keys. A login with the plain
+        key proves ssh's login too (ssh tries the plain key as well), so these are not refused,
+        but a worker that accepts only them is reported as refusing mpiwait's key."""
+        with self._lock:
+            targets = list(self._cache.values())
+        return tuple(dict.fromkeys(n for t in targets for n in t.offered_by_ssh_only))
 
     def resolve(self, host: str) -> SSHTarget:
         with self._lock:
@@ -229,6 +231,7 @@ class SSHResolver:
             ]
         )
 
+        offered = self._offered_by_ssh_only(opts, identities)
         timeout = scalars.get("connecttimeout")
         seconds = parse_time(timeout) if timeout not in (None, "none") else None
         policy = scalars.get("stricthostkeychecking")
@@ -246,7 +249,31 @@ class SSHResolver:
             connect_timeout=float(seconds) if seconds else None,
             config_files=self._config_files,
             host_key_alias=ascii_lower(alias) if alias else None,
+            offered_by_ssh_only=offered,
         )
+
+    def _offered_by_ssh_only(self, opts: Options, identities: tuple[str, ...]) -> tuple[str, ...]:
+        notes: list[str] = []
+        agent = opts.scalars.get("identityagent")
+        if agent is not None and agent.lower() != "none":
+            notes.append(
+                f"{opts.where['identityagent'].where}: IdentityAgent: ssh also offers the "
+                "agent's keys; mpiwait probes with key files only"
+            )
+        elif agent is None and self._environ.get("SSH_AUTH_SOCK"):
+            notes.append(
+                "SSH_AUTH_SOCK is set: ssh also offers the agent's keys; mpiwait probes with "
+                "key files only"
+            )
+        for path in identities:
+            for cert in (f"{path}-cert.pub", f"{path}-cert"):
+                if os.path.exists(cert):
+                    notes.append(
+                        f"{cert}: ssh also offers this certificate; mpiwait logs in with the "
+                        "plain key only"
+                    )
+                    break
+        return tuple(notes)
 
     def _expand_path(self, value: str, tokens: Mapping, host: str, what: str) -> str:
         # As ssh: ~ first (from passwd), then ${VAR} and %-tokens; a failure makes ssh exit.

@@ -14,6 +14,7 @@ import pwd
 import re
 import socket
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from mpiwait.errors import InputError
@@ -31,7 +32,7 @@ HOST = "host"
 MATCH = "match"
 INCLUDE = "include"
 PROXYJUMP = "proxyjump"
-ANY = "any"  # arguments not checked here (ciphers, forwardings, ...): see the README
+ANY = "any"  # arguments not checked here (forwardings, ...): see the README
 IGNORE = "ignore"  # deprecated, or unsupported in this build: ssh reads past them
 
 
@@ -276,9 +277,155 @@ def split_args(value: str) -> list[str]:
     return args
 
 
+# What the Debian 12 build of OpenSSH 9.2 knows (ssh -Q cipher, mac, kex, key-sig).
+_CIPHERS = frozenset(
+    _words(
+        "3des-cbc aes128-cbc aes192-cbc aes256-cbc aes128-ctr aes192-ctr aes256-ctr "
+        "aes128-gcm@openssh.com aes256-gcm@openssh.com chacha20-poly1305@openssh.com"
+    )
+)
+_MACS = frozenset(
+    _words(
+        "hmac-sha1 hmac-sha1-96 hmac-sha2-256 hmac-sha2-512 hmac-md5 hmac-md5-96 "
+        "umac-64@openssh.com umac-128@openssh.com hmac-sha1-etm@openssh.com "
+        "hmac-sha1-96-etm@openssh.com hmac-sha2-256-etm@openssh.com hmac-sha2-512-etm@openssh.com "
+        "hmac-md5-etm@openssh.com hmac-md5-96-etm@openssh.com umac-64-etm@openssh.com "
+        "umac-128-etm@openssh.com"
+    )
+)
+_KEX = frozenset(
+    _words(
+        "diffie-hellman-group1-sha1 diffie-hellman-group14-sha1 diffie-hellman-group14-sha256 "
+        "diffie-hellman-group16-sha512 diffie-hellman-group18-sha512 "
+        "diffie-hellman-group-exchange-sha1 diffie-hellman-group-exchange-sha256 "
+        "ecdh-sha2-nistp256 ecdh-sha2-nistp384 ecdh-sha2-nistp521 curve25519-sha256 "
+        "curve25519-sha256@libssh.org sntrup761x25519-sha512 sntrup761x25519-sha512@openssh.com"
+    )
+)
+_KEY_ALGS = frozenset(
+    _words(
+        "ssh-ed25519 ssh-ed25519-cert-v01@openssh.com sk-ssh-ed25519@openssh.com "
+        "sk-ssh-ed25519-cert-v01@openssh.com ecdsa-sha2-nistp256 "
+        "ecdsa-sha2-nistp256-cert-v01@openssh.com ecdsa-sha2-nistp384 "
+        "ecdsa-sha2-nistp384-cert-v01@openssh.com ecdsa-sha2-nistp521 "
+        "ecdsa-sha2-nistp521-cert-v01@openssh.com sk-ecdsa-sha2-nistp256@openssh.com "
+        "sk-ecdsa-sha2-nistp256-cert-v01@openssh.com webauthn-sk-ecdsa-sha2-nistp256@openssh.com "
+        "ssh-dss ssh-dss-cert-v01@openssh.com ssh-rsa ssh-rsa-cert-v01@openssh.com rsa-sha2-256 "
+        "rsa-sha2-256-cert-v01@openssh.com rsa-sha2-512 rsa-sha2-512-cert-v01@openssh.com"
+    )
+)
+_LOG_LEVELS = frozenset(_words("quiet fatal error info verbose debug debug1 debug2 debug3"))
+_FACILITIES = frozenset(
+    _words("daemon user auth authpriv local0 local1 local2 local3 local4 local5 local6 local7")
+)
+_DIGESTS = frozenset(_words("md5 sha1 sha256 sha384 sha512"))
+_IPQOS = frozenset(
+    _words(
+        "none af11 af12 af13 af21 af22 af23 af31 af32 af33 af41 af42 af43 cs0 cs1 cs2 cs3 cs4 "
+        "cs5 cs6 cs7 ef le lowdelay throughput reliability"
+    )
+)
+
+
+def _algorithms(known: frozenset[str], *, wildcards: bool):
+    def check(args: tuple[str, ...]) -> bool:
+        arg = args[0]
+        if arg.startswith("-"):
+            return True  # ssh does not check a list of algorithms to remove
+        names = arg[1:] if arg[:1] in ("+", "^") else arg
+        for name in names.split(","):
+            if wildcards and any(c in name for c in "*?"):
+                pattern = re.compile(
+                    "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in name)
+                )
+                if not any(pattern.fullmatch(k) for k in known):
+                    return False
+            elif name not in known:
+                return False
+        return True
+
+    return check
+
+
+def _ipqos(arg: str) -> bool:
+    if arg.lower() in _IPQOS:
+        return True
+    try:
+        return 0 <= int(arg, 0) <= 255
+    except ValueError:
+        return False
+
+
+def _escape_char(arg: str) -> bool:
+    return (
+        arg == "none"
+        or len(arg) == 1
+        or (len(arg) == 2 and arg[0] == "^" and "@" <= arg[1] <= "\x7f")
+    )
+
+
+def _scaled(arg: str) -> int | None:
+    m = re.fullmatch(r"([0-9]+)([KMGTPE]?)", arg, re.IGNORECASE)
+    if m is None:
+        return None
+    return int(m.group(1)) * 1024 ** " KMGTPE".index((m.group(2) or " ").upper())
+
+
+def _rekey_limit(args: tuple[str, ...]) -> bool:
+    if args[0] != "default":
+        size = _scaled(args[0])
+        if size is None or 0 < size < 16:
+            return False
+    if len(args) > 2:
+        return False
+    return len(args) == 1 or args[1] == "none" or parse_time(args[1]) is not None
+
+
+# keyword -> (check of the arguments, the most arguments ssh takes)
+_CHECKS: dict[str, tuple[Callable[[tuple[str, ...]], bool], int]] = {
+    "ciphers": (_algorithms(_CIPHERS, wildcards=False), 1),
+    "macs": (_algorithms(_MACS, wildcards=False), 1),
+    "kexalgorithms": (_algorithms(_KEX, wildcards=False), 1),
+    **dict.fromkeys(
+        _words(
+            "hostkeyalgorithms casignaturealgorithms hostbasedacceptedalgorithms "
+            "hostbasedkeytypes pubkeyacceptedalgorithms pubkeyacceptedkeytypes"
+        ),
+        (_algorithms(_KEY_ALGS, wildcards=True), 1),
+    ),
+    "loglevel": (lambda a: a[0].lower() in _LOG_LEVELS, 1),
+    "syslogfacility": (lambda a: a[0].lower() in _FACILITIES, 1),
+    "fingerprinthash": (lambda a: a[0].lower() in _DIGESTS, 1),
+    "escapechar": (lambda a: _escape_char(a[0]), 1),
+    "controlpersist": (
+        lambda a: a[0] in ("yes", "no", "true", "false") or parse_time(a[0]) is not None,
+        1,
+    ),
+    "ipqos": (lambda a: all(_ipqos(x) for x in a), 2),
+    "rekeylimit": (_rekey_limit, 2),
+    "streamlocalbindmask": (
+        lambda a: re.fullmatch(r"[0-7]+", a[0]) is not None and int(a[0], 8) <= 0o777,
+        1,
+    ),
+    "setenv": (lambda a: all("=" in x for x in a), 1 << 30),
+    "sendenv": (lambda a: all("=" not in x for x in a), 1 << 30),
+    "canonicalizepermittedcnames": (lambda a: all(":" in x for x in a), 1 << 30),
+    "localforward": (lambda a: len(a) == 2, 2),
+}
+
+
 def check_line(line: Line) -> None:
     """Refuse a value ssh refuses; unknown keywords are judged later (IgnoreUnknown)."""
     kind = KEYWORDS.get(line.keyword)
+    if line.keyword in _CHECKS:
+        check, most = _CHECKS[line.keyword]
+        if not line.args or any(a == "" for a in line.args) or not check(line.args):
+            raise InputError(
+                f"{line.where}: {line.spelled} {' '.join(line.args)!r}: ssh refuses this value"
+            )
+        if len(line.args) > most:
+            raise InputError(f"{line.where}: {line.spelled}: extra arguments at end of line")
+        return
     if kind is None or kind in (IGNORE, ANY, COMMAND, HOST, MATCH, INCLUDE):
         if kind in (HOST, INCLUDE) and any(a == "" for a in line.args):
             raise InputError(f"{line.where}: {line.spelled} has an empty argument")

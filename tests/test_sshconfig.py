@@ -851,10 +851,21 @@ def test_proxy_none_is_no_proxy(make) -> None:
     assert r.resolve("w").port == 22
 
 
-def test_agent_is_named_not_ignored(make) -> None:
-    assert make().agent_note() is None
-    note = make(environ={"HOME": "/h", "SSH_AUTH_SOCK": "/tmp/agent.sock"}).agent_note()
-    assert note is not None and "key files only" in note
+def test_agent_and_certificates_are_named_not_ignored(make, home: Path, etc: Path) -> None:
+    write(home / ".ssh" / "id_ed25519-cert.pub", "ssh-ed25519-cert-v01@openssh.com AAAA x\n")
+    r = make(environ={"HOME": str(home), "SSH_AUTH_SOCK": "/tmp/agent.sock"})
+    assert r.offered_by_ssh_only() == ()  # nothing resolved yet
+    (agent, cert) = r.resolve("w").offered_by_ssh_only
+    assert agent.startswith("SSH_AUTH_SOCK is set") and "key files only" in agent
+    assert cert.startswith(f"{home}/.ssh/id_ed25519-cert.pub: ")
+    assert r.offered_by_ssh_only() == (agent, cert)
+    r = make(system_cfg="Host a\n  IdentityAgent /run/agent\nHost b\n  IdentityAgent none\n")
+    assert (
+        r.resolve("a")
+        .offered_by_ssh_only[0]
+        .startswith(f"ssh config {etc / 'ssh_config'} line 2: IdentityAgent")
+    )
+    assert r.resolve("b").offered_by_ssh_only == (r.resolve("a").offered_by_ssh_only[1],)
 
 
 def _mpiwait(*argv: str) -> subprocess.CompletedProcess[str]:

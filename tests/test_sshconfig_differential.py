@@ -52,9 +52,41 @@ class Case:
     files: dict[str, str] = field(default_factory=dict)  # more files, relative to the case
     mode: int = 0o644  # of the user config
     dash_f: bool = True  # also compare with -F (which ignores system and mode)
+    owner: int | None = None  # uid to give the user config (root only)
 
 
 W = ("w1", "W1", "Worker-1", "worker-2", "node-7", "x")
+
+# Options mpiwait does not use, whose values ssh checks anyway: (accepted, refused) pairs.
+VALUE_CHECKS = [
+    ("Ciphers aes128-ctr,chacha20-poly1305@openssh.com", "Ciphers aes128-ctr,bogus"),
+    ("Ciphers -bogus", "Ciphers +aes*"),
+    ("MACs ^hmac-sha2-256-etm@openssh.com", "MACs hmac-sha3"),
+    ("KexAlgorithms +diffie-hellman-group1-sha1", "KexAlgorithms bogus"),
+    ("HostKeyAlgorithms rsa-sha2-256,ssh-ed25519*", "HostKeyAlgorithms bogus*"),
+    ("PubkeyAcceptedAlgorithms +ssh-rsa", "PubkeyAcceptedKeyTypes ssh-foo"),
+    ("LogLevel DEBUG1", "LogLevel loud"),
+    ("SyslogFacility LOCAL0", "SyslogFacility LOCAL8"),
+    ("FingerprintHash sha1", "FingerprintHash sha3"),
+    ("EscapeChar ^A", "EscapeChar ab"),
+    ("ControlPersist 10m", "ControlPersist maybe"),
+    ("IPQoS af21 cs1", "IPQoS bogus"),
+    ("IPQoS 0x10", "IPQoS 256"),
+    ("RekeyLimit 1G 1h", "RekeyLimit 10"),
+    ("RekeyLimit default none", "RekeyLimit 1G forever"),
+    ("StreamLocalBindMask 0177", "StreamLocalBindMask 9"),
+    ("SetEnv A=b C=d", "SetEnv A"),
+    ("SendEnv LANG LC_*", "SendEnv A=b"),
+    ("LocalForward 8080 localhost:80", "LocalForward 8080"),
+    ("CanonicalizePermittedCNAMEs x", "Ciphers aes128-ctr aes256-ctr"),
+    ("ConnectionAttempts 10", "ConnectionAttempts ten"),
+    ("ServerAliveInterval 30", "ServerAliveCountMax -1"),
+    ("Compression yes", "Compression delayed"),
+    ("AddressFamily inet6", "AddressFamily ipv6"),
+    ("RequestTTY force", "RequestTTY always"),
+    ("Tunnel point-to-point", "SessionType shell"),
+    ("UpdateHostKeys ask", "VerifyHostKeyDNS maybe"),
+]
 
 CASES: list[Case] = [
     # --- the divergences of issue 11, each kept as a case
@@ -107,8 +139,26 @@ CASES: list[Case] = [
     Case("Match canonical without canonicalization", "Match canonical\n  Port 5\n", ("w",)),
     Case("group-writable user config", "Port 2345\n", ("w",), mode=0o664, dash_f=False),
     Case("world-writable user config", "Port 2345\n", ("w",), mode=0o666, dash_f=False),
+    Case(
+        "user config owned by another user",
+        "Port 2345\n",
+        ("w",),
+        owner=65534,
+        dash_f=False,
+    ),
+    Case(
+        "Include of a group-writable file",
+        "Include {d}/inc/gw.conf\n",
+        ("w",),
+        files={"inc/gw.conf": "Port 1\n"},
+    ),
     Case("unknown keyword", "Host *\n  Bogus yes\n", ("w",)),
     Case("unknown keyword in an unused block", "Host never\n  Bogus yes\n", ("w",)),
+    *(
+        Case(f"value check: {text}", f"Host never\n  {text}\n", ("w",))
+        for pair in VALUE_CHECKS
+        for text in pair
+    ),
     # --- IgnoreUnknown
     Case("IgnoreUnknown before", "IgnoreUnknown Bogus,Other*\nBogus yes\nOtherThing 1\n", ("w",)),
     Case("IgnoreUnknown after", "Bogus yes\nIgnoreUnknown bogus\n", ("w",)),
@@ -291,10 +341,13 @@ def _lay_out(case: Case, d: Path) -> None:
         return p
 
     (d / "etc-ssh").mkdir(parents=True, exist_ok=True)
-    put("home/.ssh/config", case.user, case.mode)
+    cfg = put("home/.ssh/config", case.user, case.mode)
+    if case.owner is not None and os.getuid() == 0:
+        os.chown(cfg, case.owner, -1)
     put("etc-ssh/ssh_config", case.system)
     for rel, text in case.files.items():
-        put(rel, text, 0o666 if rel.endswith("ww.conf") else 0o644)
+        mode = {"ww.conf": 0o666, "gw.conf": 0o664}.get(rel.rsplit("/", 1)[-1], 0o644)
+        put(rel, text, mode)
 
 
 def _dash_f_diffs(case: Case, d: Path) -> list[str]:
@@ -424,6 +477,16 @@ _option = st.sampled_from(
         "Include inc/1.conf",
         "CanonicalizeHostname yes",
         "HostKeyAlias Alias.X",
+        "IgnoreUnknown Foo*",
+        "FooBar yes",
+        "IdentityFile none",
+        "UserKnownHostsFile none",
+        "GlobalKnownHostsFile none",
+        "HostName 10.0.0.05",
+        "User %u",
+        "Port 0",
+        'User "two words"',
+        "BatchMode yes # comment",
     ]
 )
 _block = st.tuples(_header(), st.lists(_option, min_size=1, max_size=3))
