@@ -286,6 +286,16 @@ def test_self_entry_that_resolves_late_is_waited_for_not_logged_into(bed, tmp_pa
     assert sorted(r.stdout.split()) == everyone, show(r)
     assert f"mpiwait: this machine: {TRAINER_LAUNCHER} (no login;" in r.stderr, show(r)
     assert re.search(r"^mpiwait: all 3 hosts ready in ", r.stderr, re.M), show(r)
+    if mpi == "openmpi4":
+        # The self entry alone, on a port nothing listens on: by default only its name must
+        # resolve; with --include-self it gets the full check, which it never passes.
+        alone = [*MPIWAIT, "--hosts", TRAINER_LAUNCHER, "-p", "1", "--check", "tcp"]
+        r = b.run(pod.argv([*alone, "--timeout", "30"]), env=env, timeout=RUN_TIMEOUT)
+        assert r.returncode == 0, show(r)
+        r = b.run(pod.argv([*alone, "--include-self", "--timeout", "3"]), env=env,
+                  timeout=RUN_TIMEOUT)  # fmt: skip
+        assert r.returncode == 124, show(r)
+        assert f"{TRAINER_LAUNCHER} (" in r.stderr and "port 1: refused" in r.stderr, show(r)
     if mpi == "openmpi5":
         # trainer #4028: keeping full names, PRRTE would ssh to itself
         assert "PRTE_MCA_prte_keep_fqdn_hostnames" not in r.stderr.replace(
