@@ -55,9 +55,9 @@ _INTEL_FILES = ("impi_info", "hydra_bstrap_proxy")  # Intel's hydra; MPICH's has
 _HYDRA_FILES = ("hydra_pmi_proxy", "mpiexec.hydra")
 
 
-# The value types below are NamedTuples, immutable as frozen dataclasses are: creating four
-# dataclasses cost ~3 ms of every launcher start here, a NamedTuple ~0.15 ms (benchmarks/,
-# scenario 3: recognising the launch must add under 5 ms).
+# The value types below are NamedTuples, immutable as frozen dataclasses are: creating a frozen
+# dataclass took ~0.8 ms here, a NamedTuple ~0.15 ms, and the four are made on every launcher
+# start (benchmarks/, scenario 3: recognising the launch must add under 5 ms).
 
 
 class Launch(NamedTuple):
