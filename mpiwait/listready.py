@@ -168,17 +168,32 @@ def _addresses(
     return tuple(sorted({info[4][0] for info in infos}))
 
 
+def _home(environ: Mapping[str, str]) -> str:
+    # As ssh finds it: the passwd entry, else $HOME (an arbitrary uid without one).
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return environ.get("HOME", "/")
+
+
 def _settings_key(settings: Settings, environ: Mapping[str, str]) -> str:
     """Everything a pass depends on besides the host: options, and the files ssh would read."""
-    try:
-        home = pwd.getpwuid(os.getuid()).pw_dir
-    except KeyError:
-        home = environ.get("HOME", "/")
+    home = _home(environ)
     if settings.ssh_config is not None:
         configs = [str(settings.ssh_config)]
     else:
         configs = [f"{home}/.ssh/config", "/etc/ssh/ssh_config", "/etc/ssh/ssh_config.d"]
-    files = [*configs, *(str(p) for p in settings.identity_files), f"{home}/.ssh"]
+    # The keys in ~/.ssh, but not known_hosts: ssh adds to it whenever horovodrun reaches a new
+    # worker, which would make every such call log into every host again.
+    try:
+        own = [
+            f"{home}/.ssh/{name}"
+            for name in sorted(os.listdir(f"{home}/.ssh"))
+            if not name.startswith(("known_hosts", ".."))
+        ]
+    except OSError:
+        own = []
+    files = [*configs, *(str(p) for p in settings.identity_files), *own]
     return readycache.fingerprint(
         [
             settings.check.value,
