@@ -7,7 +7,7 @@ from spawn to exit, in the clients' context (files-only names, the bed's ssh_con
 - ``python -c pass``: the floor of any Python program here;
 - cold: the first call, nothing remembered yet (a fresh $XDG_RUNTIME_DIR): 64 logins;
 - steady: calls one second apart after the first, as Horovod makes them (each host is checked
-  again after 15-30 s, LIST_READY_RECHECK, and re-resolved on every call in between): wall
+  again after 10-30 s, LIST_READY_RECHECK, and re-resolved on every call in between): wall
   per call and logins per call.
 
 Run it alone (root): ``.venv/bin/python -m benchmarks.s5_list_ready [--hosts 64] [--calls 30]``

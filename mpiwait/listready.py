@@ -10,7 +10,7 @@ not ready, give fewer lines and exit 0 (a non-zero exit on Horovod's first call 
 only bad input (no source, a malformed file, an unusable key) exits non-zero.
 
 Recent passes are remembered between calls (readycache.py): between logins, which come every
-15-30 s per host (LIST_READY_RECHECK), a host stays listed while its name resolves to the
+10-30 s per host (LIST_READY_RECHECK), a host stays listed while its name resolves to the
 addresses it had when it passed. A steady state of 64 ready hosts then costs 64 name lookups and
 a few logins a call, and no paramiko import at all on the calls where no login is due.
 """

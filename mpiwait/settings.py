@@ -102,8 +102,9 @@ SELF_LOOKUP_TIMEOUT = 2.0
 MAX_PENDING_LOOKUPS = 32
 
 # --list-ready (horovodrun --host-discovery-script, run every second). A host that passed a
-# login is logged into again only after between half of this and all of it (spread per host, so
-# hosts that came up together do not all come due in the same call); on the calls in between it
+# login is logged into again after between a third of this and all of it (spread per host and
+# gathered into one call in five, readycache.py, so that hosts that came up together do not all
+# come due in the same call, and most calls need no SSH code at all); on the calls in between it
 # is listed if its name still resolves to the addresses it had when it passed. A pod that is
 # deleted, evicted or rescheduled loses its DNS record or changes address, so that check catches
 # what matters at the cost of a name lookup instead of ~10 ms of sshd work per host per second;
