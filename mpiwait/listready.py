@@ -29,7 +29,7 @@ from typing import TextIO, TypeVar
 from mpiwait import readycache
 from mpiwait.errors import InputError
 from mpiwait.events import Outcome, Stage, Status
-from mpiwait.hosts import Host, HostSources, SelfNames, Snapshot, _is_ipv6
+from mpiwait.hosts import Host, HostSources, SelfNames, Snapshot
 from mpiwait.report import Reporter
 from mpiwait.resolver import LookupTimeout, Resolver, ResolverBusy
 from mpiwait.settings import (
@@ -69,7 +69,7 @@ def list_ready(settings: Settings, environ: Mapping[str, str], out: TextIO | Non
     # entries naming this machine are listed as they are, without a login.
     listed: list[Host] = []
     for host in snapshot.hosts:
-        if _is_ipv6(host.name):
+        if ":" in host.name:  # only an IPv6 literal has one, once hosts.py has checked it
             # Horovod splits each line at ':' into exactly host and slots.
             reporter.info(f"warning: {host.name}: an IPv6 address cannot be given to Horovod")
         else:
@@ -209,7 +209,7 @@ def _settings_key(settings: Settings, environ: Mapping[str, str]) -> str:
 def _self_hosts(snapshot: Snapshot) -> list[Host]:
     # The snapshot keeps only the names of the entries it skipped, not their slots: Horovod
     # then applies its own --slots.
-    return [Host(name, None, "self") for name in snapshot.skipped_self if not _is_ipv6(name)]
+    return [Host(name, None, "self") for name in snapshot.skipped_self if ":" not in name]
 
 
 def _print(out: TextIO, hosts: list[Host]) -> None:
