@@ -31,12 +31,11 @@ from mpiwait.errors import InputError
 from mpiwait.events import Outcome, Stage, Status
 from mpiwait.hosts import Host, HostSources, SelfNames, Snapshot
 from mpiwait.report import Reporter
-from mpiwait.resolver import LookupTimeout, Resolver, ResolverBusy
+from mpiwait.resolver import LookupTimeout, Resolver, ResolverBusy, lookup_pool
 from mpiwait.settings import (
     DEFAULT_CONNECT_TIMEOUT,
     DISCOVER_EXEC_TIMEOUT,
     LIST_READY_RECHECK,
-    MAX_PENDING_LOOKUPS,
     Settings,
 )
 
@@ -79,7 +78,7 @@ def list_ready(settings: Settings, environ: Mapping[str, str], out: TextIO | Non
         return 0
 
     timeout = settings.connect_timeout or DEFAULT_CONNECT_TIMEOUT
-    lookups = Resolver(MAX_PENDING_LOOKUPS)
+    lookups = lookup_pool(settings.parallel)
     cache = readycache.ReadyCache.at(
         readycache.cache_dir(environ), _settings_key(settings, environ), LIST_READY_RECHECK
     )

@@ -91,6 +91,7 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     # out, paramiko's import takes ~55 ms instead of ~100 ms here (benchmarks/, scenario 3).
     sys.modules.setdefault("invoke", None)  # None: `import invoke` raises ImportError
     from mpiwait.probes import ProbeConfig, Prober
+    from mpiwait.resolver import lookup_pool
     from mpiwait.sshconfig import SSHResolver
 
     resolver = SSHResolver(
@@ -100,7 +101,9 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
         identity_files=settings.identity_files,
     )
     prober = Prober(
-        ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command), resolver
+        ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command),
+        resolver,
+        lookups=lookup_pool(settings.parallel),
     )
     names = _names(first)
     if settings.dry_run:

@@ -96,9 +96,9 @@ SELF_LOOKUP_TIMEOUT = 2.0
 # Name lookups outstanding at once, stuck ones included (mpiwait/resolver.py). A lookup gets the
 # connect timeout like every stage; one that a resolver keeps longer (Docker's embedded DNS took
 # ~10 s for a container not started yet) goes on in the background on its own thread. As many as
-# the default --parallel: a healthy resolver answers in milliseconds and never needs more, and
-# a broken one costs at most this many threads; lookups past it report "resolver busy" and are
-# retried like any other not-yet.
+# the default --parallel (or --parallel, when larger): a healthy resolver answers in milliseconds
+# and never needs more, and a broken one costs at most this many threads; lookups past it report
+# "resolver busy" and are retried like any other not-yet.
 MAX_PENDING_LOOKUPS = 32
 
 # --list-ready (horovodrun --host-discovery-script, run every second). A host that passed a
