@@ -10,7 +10,7 @@ not ready, give fewer lines and exit 0 (a non-zero exit on Horovod's first call 
 only bad input (no source, a malformed file, an unusable key) exits non-zero.
 
 Recent passes are remembered between calls (readycache.py): between logins, which come every
-15-30 s per host (LIST_READY_RECHECK), a host stays listed while its name resolves to the
+10-30 s per host (LIST_READY_RECHECK), a host stays listed while its name resolves to the
 addresses it had when it passed. A steady state of 64 ready hosts then costs 64 name lookups and
 a few logins a call, and no paramiko import at all on the calls where no login is due.
 """
@@ -29,14 +29,13 @@ from typing import TextIO, TypeVar
 from mpiwait import readycache
 from mpiwait.errors import InputError
 from mpiwait.events import Outcome, Stage, Status
-from mpiwait.hosts import Host, HostSources, SelfNames, Snapshot, _is_ipv6
+from mpiwait.hosts import Host, HostSources, SelfNames, Snapshot
 from mpiwait.report import Reporter
-from mpiwait.resolver import LookupTimeout, Resolver, ResolverBusy
+from mpiwait.resolver import LookupTimeout, Resolver, ResolverBusy, lookup_pool
 from mpiwait.settings import (
     DEFAULT_CONNECT_TIMEOUT,
     DISCOVER_EXEC_TIMEOUT,
     LIST_READY_RECHECK,
-    MAX_PENDING_LOOKUPS,
     Settings,
 )
 
@@ -69,7 +68,7 @@ def list_ready(settings: Settings, environ: Mapping[str, str], out: TextIO | Non
     # entries naming this machine are listed as they are, without a login.
     listed: list[Host] = []
     for host in snapshot.hosts:
-        if _is_ipv6(host.name):
+        if ":" in host.name:  # only an IPv6 literal has one, once hosts.py has checked it
             # Horovod splits each line at ':' into exactly host and slots.
             reporter.info(f"warning: {host.name}: an IPv6 address cannot be given to Horovod")
         else:
@@ -79,7 +78,7 @@ def list_ready(settings: Settings, environ: Mapping[str, str], out: TextIO | Non
         return 0
 
     timeout = settings.connect_timeout or DEFAULT_CONNECT_TIMEOUT
-    lookups = Resolver(MAX_PENDING_LOOKUPS)
+    lookups = lookup_pool(settings.parallel)
     cache = readycache.ReadyCache.at(
         readycache.cache_dir(environ), _settings_key(settings, environ), LIST_READY_RECHECK
     )
@@ -168,17 +167,32 @@ def _addresses(
     return tuple(sorted({info[4][0] for info in infos}))
 
 
+def _home(environ: Mapping[str, str]) -> str:
+    # As ssh finds it: the passwd entry, else $HOME (an arbitrary uid without one).
+    try:
+        return pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        return environ.get("HOME", "/")
+
+
 def _settings_key(settings: Settings, environ: Mapping[str, str]) -> str:
     """Everything a pass depends on besides the host: options, and the files ssh would read."""
-    try:
-        home = pwd.getpwuid(os.getuid()).pw_dir
-    except KeyError:
-        home = environ.get("HOME", "/")
+    home = _home(environ)
     if settings.ssh_config is not None:
         configs = [str(settings.ssh_config)]
     else:
         configs = [f"{home}/.ssh/config", "/etc/ssh/ssh_config", "/etc/ssh/ssh_config.d"]
-    files = [*configs, *(str(p) for p in settings.identity_files), f"{home}/.ssh"]
+    # The keys in ~/.ssh, but not known_hosts: ssh adds to it whenever horovodrun reaches a new
+    # worker, which would make every such call log into every host again.
+    try:
+        own = [
+            f"{home}/.ssh/{name}"
+            for name in sorted(os.listdir(f"{home}/.ssh"))
+            if not name.startswith(("known_hosts", ".."))
+        ]
+    except OSError:
+        own = []
+    files = [*configs, *(str(p) for p in settings.identity_files), *own]
     return readycache.fingerprint(
         [
             settings.check.value,
@@ -194,7 +208,7 @@ def _settings_key(settings: Settings, environ: Mapping[str, str]) -> str:
 def _self_hosts(snapshot: Snapshot) -> list[Host]:
     # The snapshot keeps only the names of the entries it skipped, not their slots: Horovod
     # then applies its own --slots.
-    return [Host(name, None, "self") for name in snapshot.skipped_self if not _is_ipv6(name)]
+    return [Host(name, None, "self") for name in snapshot.skipped_self if ":" not in name]
 
 
 def _print(out: TextIO, hosts: list[Host]) -> None:

@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from mpiwait.errors import InputError, PermanentError
 from mpiwait.events import Outcome, Stage, Status
 from mpiwait.keys import HostKeyPolicy, IdentityCache
-from mpiwait.resolver import LookupTimeout, Resolver, ResolverBusy
+from mpiwait.resolver import LookupTimeout, Resolver, ResolverBusy, lookup_pool
 from mpiwait.settings import (
     DEFAULT_CONNECT_TIMEOUT,
-    MAX_PENDING_LOOKUPS,
     REFUSED_ADDRESS_REUSE,
     Check,
 )
@@ -67,7 +66,7 @@ class Prober:
         self._resolver = resolver
         self._identities = identities or IdentityCache()
         self._host_keys = host_keys or HostKeyPolicy()
-        self._lookups = lookups or Resolver(MAX_PENDING_LOOKUPS)
+        self._lookups = lookups or lookup_pool(1)
         self._targets: dict[str, SSHTarget] = {}
         # host -> (when looked up, getaddrinfo's answer), kept while its SSH port refuses
         self._refused: dict[str, tuple[float, list]] = {}
@@ -129,7 +128,7 @@ class Prober:
                 return _retry(
                     Stage.DNS,
                     "resolver-busy",
-                    f"{MAX_PENDING_LOOKUPS} earlier lookups still unanswered",
+                    "every resolver thread holds an unanswered lookup",
                 )
             except socket.gaierror as exc:
                 return _retry(Stage.DNS, "unresolved", f"{target.address}: {exc.strerror or exc}")

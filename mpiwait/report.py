@@ -40,7 +40,7 @@ NAMES_PER_GROUP = 5
 # dropped into "and N more" and long details cut until it fits.
 LINE_WIDTH = 160
 # A detail (an error message) longer than this is cut in a group line.
-DETAIL_WIDTH = 60
+DETAIL_WIDTH = 100
 # Kubernetes keeps at most this many bytes of a termination message.
 TERMINATION_LOG_BYTES = 4096
 

@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from mpiwait.settings import MAX_PENDING_LOOKUPS
+
 
 class LookupTimeout(Exception):
     """The lookup did not finish within the timeout (it goes on in the background)."""
@@ -87,3 +89,9 @@ class Resolver:
                 with self._lock:
                     self._outstanding -= 1
                 request.done.set()
+
+
+def lookup_pool(parallel: int) -> Resolver:
+    """The pool for a run with ``--parallel`` probes: never fewer threads than probes in flight,
+    so a resolver that is slow but answers never makes a lookup wait for a thread."""
+    return Resolver(max(MAX_PENDING_LOOKUPS, parallel))

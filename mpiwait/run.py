@@ -109,6 +109,7 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     # instead of ~100 ms here (benchmarks/, scenario 3).
     sys.modules.setdefault("invoke", None)  # None: `import invoke` raises ImportError
     from mpiwait.probes import ProbeConfig, Prober
+    from mpiwait.resolver import lookup_pool
     from mpiwait.sshconfig import SSHResolver
 
     resolver = SSHResolver(
@@ -118,7 +119,9 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
         identity_files=settings.identity_files,
     )
     prober = Prober(
-        ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command), resolver
+        ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command),
+        resolver,
+        lookups=lookup_pool(settings.parallel),
     )
     # An entry naming this machine gets no login (the launcher runs no sshd), but the MPI
     # ssh's to it unless it resolves to this machine: it must resolve, as ssh resolves it.

@@ -874,6 +874,9 @@ def run_in_pod(
     etc_ssh.mkdir(exist_ok=True)
     passwd, uid, gid = _passwd_file(work / "passwd", inv)
     (work / "stage").mkdir()
+    shm = work / "shm"
+    shm.mkdir()
+    shm.chmod(0o1777)
 
     argv, command = _swap_command(inv.argv)
     mpiwait = _mpiwait_here()
@@ -893,6 +896,7 @@ def run_in_pod(
             [str(ssh_auth), inv.ssh_auth_path],
             [str(etc_ssh), "/etc/ssh"],
             [str(passwd), "/etc/passwd"],
+            [str(shm), "/dev/shm"],  # each pod has its own (mpiwait --list-ready writes there)
         ],
         "uid": uid,
         "gid": gid,

@@ -199,3 +199,37 @@ def test_horovods_own_discovery_sees_hosts_as_they_accept_logins(
     manager.update_available_hosts()
     assert manager.current_hosts.host_slots == {n: 2 for n in b.names}
     assert manager.current_hosts.host_assignment_order[:2] == b.names[:2]
+
+
+@pytest.mark.root
+def test_remembers_in_dev_shm_as_another_uid_on_a_read_only_root(as_user, tmp_path) -> None:
+    # As a pod with readOnlyRootFilesystem and an arbitrary uid: no $XDG_RUNTIME_DIR, / (and
+    # so /tmp) read-only; /dev/shm is a tmpfs of its own, writable by anyone.
+    import socket
+
+    wrap, drop = as_user("nobody")
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    second = socket.create_server(("127.0.0.2", port))
+    shm = tmp_path / "shm"
+    shm.mkdir(mode=0o1777)
+    shm.chmod(0o1777)
+    env = {k: v for k, v in _env(tmp_path).items() if k not in ("XDG_RUNTIME_DIR", "TMPDIR")}
+    script = f'mount --bind {shm} /dev/shm && mount -o remount,bind,ro / && exec "$@"'
+    argv = [
+        *wrap, "unshare", "-m", "--propagation", "private", "sh", "-c", script, "ro-root",
+        *drop, sys.executable, *MPIWAIT[1:], "--list-ready", "--check", "tcp",
+        "--hosts", "127.0.0.1,127.0.0.2:2", "-p", str(port),
+    ]  # fmt: skip
+    try:
+        for _ in range(2):
+            r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, cwd="/")
+            assert (r.returncode, r.stderr) == (0, ""), r.stderr
+            assert r.stdout == "127.0.0.1\n127.0.0.2:2\n"
+    finally:
+        listener.close()
+        second.close()
+    uid = 65534
+    memory = list((shm / f"mpiwait-{uid}").glob("ready-*.json"))
+    assert len(memory) == 1 and memory[0].stat().st_uid == uid
+    assert '"127.0.0.1"' in memory[0].read_text()

@@ -104,3 +104,63 @@ def test_hosts_due_for_a_login_come_due_together() -> None:
         due.add(next(t for t in range(1000, 1031) if not cache.fresh(entry, f"h{k}", float(t))))
     # 64 hosts that passed at once come due in at most four calls (one each 5 s), not 15.
     assert len(due) <= 4, sorted(due)
+
+
+def test_what_invalidates_the_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from mpiwait import listready
+    from mpiwait.settings import Settings
+
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    key = home / ".ssh" / "id_rsa"
+    key.write_text("key one")
+    config = tmp_path / "ssh_config"
+    config.write_text("Host *\n  Port 2222\n")
+    monkeypatch.setattr(listready, "_home", lambda environ: str(home))
+    settings = Settings(ssh_config=config)
+
+    def key_now() -> str:
+        return listready._settings_key(settings, {})
+
+    first = key_now()
+    (home / ".ssh" / "known_hosts").write_text("w1 ssh-ed25519 AAAA\n")  # ssh's own writes
+    assert key_now() == first
+    key.write_text("key two, rotated")
+    second = key_now()
+    assert second != first
+    config.write_text("Host *\n  Port 22\n")
+    assert key_now() != second
+    assert listready._settings_key(Settings(ssh_config=config, port=22), {}) != key_now()
+
+
+def test_list_ready_runs_hosts_in_parallel_and_leaves_out_the_slow_ones() -> None:
+    import threading
+    import time
+
+    from mpiwait import listready
+    from mpiwait.settings import Settings
+
+    release = threading.Event()
+    running: list[int] = []
+    most = [0]
+    lock = threading.Lock()
+
+    def check(host: str) -> str:
+        with lock:
+            running.append(1)
+            most[0] = max(most[0], len(running))
+        if host == "stuck":
+            release.wait(10)
+        time.sleep(0.01)
+        with lock:
+            running.pop()
+        return host.upper()
+
+    hosts = ["stuck", *(f"h{i}" for i in range(20))]
+    began = time.monotonic()
+    got = listready._run_all(check, hosts, Settings(parallel=4, probe_rate=0), budget=1.0)
+    took = time.monotonic() - began
+    release.set()
+    assert got == {h: h.upper() for h in hosts if h != "stuck"}  # the stuck one left out
+    assert took < 5  # the budget, not the stuck check, ended the call
+    assert most[0] <= 4  # never more than --parallel at once
