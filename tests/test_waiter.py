@@ -458,3 +458,13 @@ def test_a_recheck_ended_by_the_deadline_shows_the_host_as_unconfirmed():
     assert [(h.host, h.stage, h.reason) for h in result.not_ready] == [
         ("a", Stage.PENDING, "re-checking")
     ]
+
+
+def test_a_bound_shorter_than_one_attempt_rechecks_each_host_once_and_ends():
+    hosts = ["a", "b", "c", "late"]
+    result, events, runner = run(
+        hosts, lambda h, t: READY if h != "late" or t > 3 else REFUSED, recheck_after=0.001
+    )
+    assert result.end is End.READY
+    assert len([e for e in events if isinstance(e, Rechecking)]) == 1
+    assert all([h for _, h in runner.starts].count(h) == 2 for h in ("a", "b", "c"))
