@@ -16,7 +16,9 @@ Few hosts missing: each is tried near its floor (the launch gap follows). Many m
 share exceeds the envelope, every host is tried as before and the token bucket in the loop
 spends the same budget as before. A host missing for a minute is back on the old schedule.
 A permanent-looking failure (key rejected) keeps the old full-jitter backoff: its repeats are a
-race with a worker mounting its keys, and racing faster would only end the wait sooner.
+race with a worker mounting its keys, and racing faster would only end the wait sooner. So does
+every host when the user set the envelope by hand (``follow_budget`` off): the options keep the
+meaning they always had.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class RetryPolicy:
     floor_ssh: float
     grace: float  # seconds a host may stay away before its window starts to grow
     doubling: float  # then its window doubles every this many seconds, up to the envelope
+    follow_budget: bool = True  # False: full jitter under the envelope (explicit --retry-*)
 
     def floor(self, stage: Stage) -> float:
         if stage is Stage.DNS:
@@ -72,7 +75,7 @@ class Schedule:
         ready in all."""
         p = self.policy
         envelope = self.envelope(attempts)
-        if status is Status.FATAL:
+        if status is Status.FATAL or not p.follow_budget:
             return self._rng.uniform(0.0, envelope)
         lo = min(p.floor(stage), envelope)
         share = missing / p.probe_rate if p.probe_rate > 0 else 0.0

@@ -40,7 +40,9 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 # The envelope of the retry schedule (schedule.py): the first retry comes within 0.1 s, and no
 # host goes untried longer than 0.5 s (unless the probe budget is saturated), since the time
 # from "sshd accepts" to the next attempt is most of the launch gap. Within it, how often a
-# host is actually tried follows the probe budget and the floors below.
+# host is actually tried follows the probe budget and the floors below. Given explicitly
+# (--retry-initial/--retry-max), they are what they always were: a full-jitter backoff window
+# doubling from the first to the cap, without the floors, for who wants to tune it by hand.
 DEFAULT_RETRY_INITIAL = 0.1
 DEFAULT_RETRY_MAX = 0.5
 
@@ -150,8 +152,10 @@ class Settings:
     remote_command: str | None = None
     timeout: float = DEFAULT_TIMEOUT  # 0: wait forever
     connect_timeout: float | None = None  # None: ssh config's ConnectTimeout, else the default
-    retry_initial: float = DEFAULT_RETRY_INITIAL
-    retry_max: float = DEFAULT_RETRY_MAX
+    # None (neither given): the budget-following schedule under the default envelope; either
+    # given: full-jitter backoff over that window, the schedule these options always meant
+    retry_initial: float | None = None
+    retry_max: float | None = None
     parallel: int = DEFAULT_PARALLEL
     probe_rate: float = DEFAULT_PROBE_RATE
     recheck_after: float = DEFAULT_RECHECK_AFTER  # 0: never re-check

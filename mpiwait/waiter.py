@@ -86,6 +86,7 @@ class WaitPolicy:
     floor_ssh: float = RETRY_FLOOR_SSH
     backoff_grace: float = BACKOFF_GRACE
     backoff_doubling: float = BACKOFF_DOUBLING
+    follow_budget: bool = True  # False: plain full-jitter backoff under the envelope
 
     def retry(self) -> RetryPolicy:
         return RetryPolicy(
@@ -97,6 +98,7 @@ class WaitPolicy:
             floor_ssh=self.floor_ssh,
             grace=self.backoff_grace,
             doubling=self.backoff_doubling,
+            follow_budget=self.follow_budget,
         )
 
 

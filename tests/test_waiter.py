@@ -468,3 +468,14 @@ def test_a_bound_shorter_than_one_attempt_rechecks_each_host_once_and_ends():
     assert result.end is End.READY
     assert len([e for e in events if isinstance(e, Rechecking)]) == 1
     assert all([h for _, h in runner.starts].count(h) == 2 for h in ("a", "b", "c"))
+
+
+def test_an_envelope_set_by_hand_is_plain_full_jitter_backoff_as_before():
+    # --retry-initial/--retry-max given: no floors, no budget sharing; ~120 s at a full-jitter
+    # cap of 2 s is about 120 attempts, not thousands.
+    _, _, runner = run(["a"], lambda h, t: REFUSED, timeout=120, follow_budget=False)
+    times = [t for t, _ in runner.starts]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert all(gap <= 2.0 + 0.01 + 1e-9 for gap in gaps)
+    assert min(gaps) < 0.02  # full jitter reaches below the floors
+    assert 60 < len(times) < 400
