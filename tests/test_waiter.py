@@ -277,15 +277,15 @@ def test_a_lone_missing_host_waits_exactly_its_stage_floor():
 
 def test_many_missing_hosts_share_the_budget_under_the_envelope():
     s = _schedule(probe_rate=200, retry_max=2.0)
-    # 40 missing at 200/s: each may be tried every 0.2 s on average; the envelope after 5
-    # tries is 1.6 s
+    # 40 missing at 200/s: each may be tried every 0.2 s on average (a little less often:
+    # together they never ask for more than the budget); the envelope after 5 tries is 1.6 s
     delays = [
         s.delay(stage=Stage.TCP, status=Status.RETRY, attempts=5, away=3, missing=40)
         for _ in range(2000)
     ]
-    assert all(0.02 <= d <= 0.38 for d in delays)
-    assert max(delays) > 0.36  # jittered over the whole window, not pinned to the floor
-    assert sum(delays) / len(delays) == pytest.approx(0.2, rel=0.05)
+    assert all(0.02 <= d <= 0.4 for d in delays)
+    assert max(delays) > 0.38  # jittered over the whole window, not pinned to the floor
+    assert 0.2 <= sum(delays) / len(delays) <= 0.22
     # 1000 missing: the share (5 s) is above the envelope, which caps the wait as before
     d = [
         s.delay(stage=Stage.DNS, status=Status.RETRY, attempts=1, away=0, missing=1000)
