@@ -48,10 +48,10 @@ DEFAULT_RETRY_MAX = 0.5
 
 # The most often one unready host is tried, by the stage that failed; with few hosts missing
 # (the end of every wait) these set the launch gap: a host that just became ready waits half a
-# floor on average for its next attempt, plus ~40 ms of login and exec. Under a 0.5-s cap
-# (the previous schedule: full jitter over the window, ~4 tries/s) the gap was 0.16 s median
-# for 8 workers and 0.24 s for 64; the floors bring the wait for the next attempt down to
-# ~10-25 ms (benchmarks/, scenario 1).
+# floor on average for its next attempt, plus ~20-40 ms of login and exec. Under the previous
+# schedule (full jitter over a 0.5-s window, ~4 tries/s whatever the count) the launch gap was
+# 0.17 s median for 8 workers and 0.35 s for 64; with these floors, 0.03 and 0.04 s, side by
+# side in one run (benchmarks/, scenario 1; README, Performance).
 # - tcp (refused, mostly): a refused connect costs the worker's kernel one SYN and one RST,
 #   microseconds of work; 50 a second is nothing to a pod and far below any SYN-flood defence.
 # - dns: an unresolvable name costs the cluster's DNS up to 8 queries (4 names of a pod's
