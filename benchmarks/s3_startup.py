@@ -11,9 +11,19 @@ ssh_config as /etc/ssh/ssh_config), from the same interpreter, and is timed from
   each tells whether it did.
 
 These are short, so each is run 4x as often as ``--reps`` asks (interleaved).
+
+Then what recognising the launch adds on the launcher path (handover.py), in process: the
+import of mpiwait.handover and mpiwait.interfaces (``-X importtime``), and one ``recognise()``
+plus ``plan()`` for each MPI installed here (Debian's, and scripts/install-test-mpis's). The
+worker path never imports handover.py nor recognises anything.
 """
 
 from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
 
 from benchmarks.common import PY, Stat, run_measured, testbed
 from benchmarks.context import Context
@@ -106,7 +116,75 @@ def run(ctx: Context) -> dict:
             }
         )
         ctx.log(f"  {label}: {wall.median * 1000:.0f} ms" if wall else f"  {label}: failed")
+    rows += _recognise_rows(ctx, reps)
     return {"scenario": "startup", "hosts": HOSTS, "reps": reps, "rows": rows, "runs": runs}
+
+
+MPIS = Path(os.environ.get("MPIWAIT_TEST_MPIS", "/var/cache/mpiwait-tests"))
+LAUNCHERS = {
+    "Open MPI 4 (Debian mpirun)": "mpirun",
+    "MPICH 4 (Debian mpiexec.hydra)": "mpiexec.hydra",
+    "Open MPI 5 (PyPI)": str(MPIS / "openmpi5/bin/mpirun"),
+    "MPICH 5 (PyPI)": str(MPIS / "mpich5/bin/mpirun"),
+    "Intel MPI (PyPI)": str(MPIS / "impi/bin/mpirun"),
+}
+CALLS = 50  # recognise() calls per repetition
+
+
+def _recognise_rows(ctx: Context, reps: int) -> list[dict]:
+    from mpiwait.handover import Interface, plan, recognise
+
+    rows = []
+    # after mpiwait.run (which every start imports) and socket (which the probes import before
+    # interfaces.py is used, after the wait), so only what recognising adds is counted
+    code = "import mpiwait.run, socket, mpiwait.handover, mpiwait.interfaces"
+    imports = []
+    for rep in range(max(3, reps) + 1):  # the first writes the bytecode: not counted
+        cp = subprocess.run(
+            [PY, "-X", "importtime", "-c", code],
+            capture_output=True, text=True, timeout=60, env=ctx.env({}),
+        )  # fmt: skip
+        imports += (
+            []
+            if rep == 0
+            else [
+                sum(
+                    int(line.split("|")[1]) / 1e6
+                    for line in cp.stderr.splitlines()
+                    if line.rstrip().endswith(("mpiwait.handover", "mpiwait.interfaces"))
+                )
+            ]
+        )
+    rows.append(_in_process_row("import mpiwait.handover + interfaces", imports))
+    ctx.log(f"  import mpiwait.handover + interfaces: {Stat.of(imports).median * 1e6:.0f} µs")
+    env = dict(os.environ)
+    eth0 = Interface("eth0", "benchmark")
+    for label, launcher in LAUNCHERS.items():
+        argv = [launcher, "-n", "2", "hostname"]
+        if recognise(argv, env) is None:
+            continue  # not installed here
+        times = []
+        for _ in range(reps * CALLS):
+            t0 = time.perf_counter()
+            plan(recognise(argv, env), argv, env, interface=eth0)
+            times.append(time.perf_counter() - t0)
+        rows.append(_in_process_row(f"recognise the launch: {label}", times))
+        ctx.log(f"  recognise {label}: {Stat.of(times).median * 1e6:.0f} µs")
+    return rows
+
+
+def _in_process_row(label: str, seconds: list[float]) -> dict:
+    return {
+        "command": label,
+        "wall_s": Stat.of(seconds).as_dict(),
+        "above_python_s": None,
+        "cpu_s": None,
+        "maxrss_mb": None,
+        "imports_paramiko": False,
+        "failed": 0,
+        "reps": len(seconds),
+        "in_process": True,
+    }
 
 
 def _stat(values) -> dict | None:

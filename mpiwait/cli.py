@@ -99,7 +99,12 @@ class _WordList(click.Path):
     metavar="H1,H2,...",
     help="Explicit hosts; the files are not read.",
 )
-@click.option("--include-self", is_flag=True, help="Also wait for entries that name this machine.")
+@click.option(
+    "--include-self",
+    is_flag=True,
+    help="Put entries that name this machine through the full check; by default only their "
+    "name must resolve (no login to itself).",
+)
 @click.option(
     "--check",
     type=click.Choice([c.value for c in Check]),
@@ -180,6 +185,12 @@ class _WordList(click.Path):
 )
 @click.option("--dry-run", is_flag=True, help="Print hosts and SSH settings, then exit.")
 @click.option(
+    "--list-ready",
+    is_flag=True,
+    help="Print the hosts that pass the check now as host[:slots] lines on stdout and exit 0, "
+    "without waiting (for horovodrun --host-discovery-script).",
+)
+@click.option(
     "--log-format",
     type=click.Choice([f.value for f in LogFormat]),
     default=LogFormat.TEXT.value,
@@ -192,7 +203,16 @@ class _WordList(click.Path):
     type=click.Path(path_type=Path, readable=False),  # only ever written
     default=DEFAULT_TERMINATION_LOG,
     show_default=True,
-    help="Where to leave the failure summary for `kubectl describe pod` (if it exists).",
+    help="Where to leave the failure summary for `kubectl describe pod` (the default only if "
+    "it exists; a path given is created).",
+)
+@click.option(
+    "--launch-env/--no-launch-env",
+    default=True,
+    show_default=True,
+    help="Hand an MPI COMMAND what the wait learned: hydra's interface (Intel MPI, MPICH), "
+    "Open MPI 5's names for the operators' OMPI_MCA_orte_* variables, MPICH's "
+    "HYDRA_LAUNCHER_EXTRA_ARGS; each logged. Off: COMMAND's environment stays as it is.",
 )
 @click.version_option(__version__, "-V", "--version", prog_name="mpiwait")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
@@ -212,6 +232,13 @@ def command_line(ctx: click.Context, **params: object) -> Settings:
             f"--retry-max ({retry_max:g}) is smaller than --retry-initial ({retry_initial:g})",
             ctx,
         )
+
+    if params["list_ready"] and params["command"]:
+        raise click.UsageError(
+            "--list-ready takes no COMMAND (it prints hosts for horovodrun to read)", ctx
+        )
+    if params["list_ready"] and params["dry_run"]:
+        raise click.UsageError("--list-ready and --dry-run cannot be combined", ctx)
 
     def explicit(name: str) -> bool:
         return ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
@@ -239,9 +266,12 @@ def command_line(ctx: click.Context, **params: object) -> Settings:
         probe_rate=float(params["probe_rate"]),  # type: ignore[arg-type]
         recheck_after=float(params["recheck_after"]),  # type: ignore[arg-type]
         dry_run=bool(params["dry_run"]),
+        list_ready=bool(params["list_ready"]),
         log_format=LogFormat(params["log_format"]),
         quiet=bool(params["quiet"]),
         termination_log=params["termination_log"],  # type: ignore[arg-type]
+        termination_log_explicit=explicit("termination_log"),
+        launch_env=bool(params["launch_env"]),
     )
 
 
@@ -254,7 +284,13 @@ def parse(argv: list[str]) -> Settings | int:
         envvar = _bad_envvar(exc, argv)
         if envvar:
             message = f"{message} (from {envvar})"
-        sys.stderr.write(f"mpiwait: error: {message} (see mpiwait --help)\n")
+        if _asks_for_json(argv):
+            # A program reading the JSON lines must not meet one line of plain text.
+            from mpiwait.report import Reporter
+
+            Reporter(LogFormat.JSON).error(message, "see mpiwait --help", exit_code=ExitCode.USAGE)
+        else:
+            sys.stderr.write(f"mpiwait: error: {message} (see mpiwait --help)\n")
         return ExitCode.USAGE
     except click.exceptions.Abort:
         return ExitCode.SIGINT
@@ -263,6 +299,32 @@ def parse(argv: list[str]) -> Settings | int:
     if isinstance(result, Settings):
         return result
     return int(result or 0)
+
+
+def _asks_for_json(argv: list[str]) -> bool:
+    """Whether the options (not COMMAND) choose --log-format json, by flag or environment.
+
+    Read from the words themselves, since the parse that failed may not have reached it.
+    """
+    takes_value = {
+        opt
+        for param in command_line.params
+        if isinstance(param, click.Option) and not param.is_flag and not param.count
+        for opt in param.opts
+    }
+    choice: str | None = None
+    words = iter(argv)
+    for word in words:
+        if word == "--" or not word.startswith("-") or word == "-":
+            break
+        name, equals, value = word.partition("=")
+        if name == "--log-format":
+            choice = value if equals else next(words, "")
+        elif not equals and word in takes_value:
+            next(words, None)
+    if choice is None:
+        choice = os.environ.get("MPIWAIT_LOG_FORMAT", "")
+    return choice == LogFormat.JSON.value
 
 
 def _bad_envvar(exc: click.exceptions.UsageError, argv: list[str]) -> str | None:

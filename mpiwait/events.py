@@ -57,6 +57,7 @@ class WaitStarted:
     check: str
     timeout: float
     notes: tuple[str, ...] = ()  # one-time remarks, e.g. the host key policy in force
+    launch: str = ""  # the MPI that COMMAND launches, when recognised (handover.py)
 
 
 @dataclass(frozen=True)

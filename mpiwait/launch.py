@@ -148,10 +148,20 @@ def check_remote_agent(
     )
 
 
-def exec_command(argv: Sequence[str]) -> None:
-    """Replace this process with COMMAND; returns only by raising LaunchError."""
+def is_mpi_launcher(command: str) -> bool:
+    """Whether ``command`` starts an MPI job (mpirun, mpiexec*, horovodrun, deepspeed, ...)."""
+    name = os.path.basename(command)
+    return name in MPI_LAUNCHERS or _is_ssh_launcher(name)
+
+
+def exec_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+    """Replace this process with COMMAND (in ``env``, else ours); returns only by raising
+    LaunchError."""
     try:
-        os.execvp(argv[0], list(argv))
+        if env is None:
+            os.execvp(argv[0], list(argv))
+        else:
+            os.execvpe(argv[0], list(argv), dict(env))
     except FileNotFoundError:
         raise LaunchError(f"command not found: {argv[0]}", ExitCode.NOT_FOUND) from None
     except PermissionError:

@@ -10,6 +10,7 @@ is logged into once, when its port first answers. paramiko stays inside this mod
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import logging
 import socket
@@ -17,10 +18,16 @@ import threading
 import time
 from dataclasses import dataclass
 
-from mpiwait.errors import PermanentError
+from mpiwait.errors import InputError, PermanentError
 from mpiwait.events import Outcome, Stage, Status
 from mpiwait.keys import HostKeyPolicy, IdentityCache
-from mpiwait.settings import DEFAULT_CONNECT_TIMEOUT, REFUSED_ADDRESS_REUSE, Check
+from mpiwait.resolver import LookupTimeout, Resolver, ResolverBusy
+from mpiwait.settings import (
+    DEFAULT_CONNECT_TIMEOUT,
+    MAX_PENDING_LOOKUPS,
+    REFUSED_ADDRESS_REUSE,
+    Check,
+)
 from mpiwait.sshconfig import SSHResolver, SSHTarget
 
 READY = Outcome(Status.READY, Stage.READY, "ready")
@@ -54,14 +61,19 @@ class Prober:
         *,
         identities: IdentityCache | None = None,
         host_keys: HostKeyPolicy | None = None,
+        lookups: Resolver | None = None,
     ) -> None:
         self._config = config
         self._resolver = resolver
         self._identities = identities or IdentityCache()
         self._host_keys = host_keys or HostKeyPolicy()
+        self._lookups = lookups or Resolver(MAX_PENDING_LOOKUPS)
         self._targets: dict[str, SSHTarget] = {}
         # host -> (when looked up, getaddrinfo's answer), kept while its SSH port refuses
         self._refused: dict[str, tuple[float, list]] = {}
+        # host -> this machine's address of its last accepted connect: the launch learns from
+        # it the interface that routes to the workers (handover.py)
+        self._local: dict[str, str] = {}
         self._lock = threading.Lock()
 
     def target(self, host: str) -> SSHTarget:
@@ -73,21 +85,35 @@ class Prober:
                 self._targets[host] = target
         return target
 
+    def local_addresses(self) -> dict[str, str]:
+        """host -> the local address its SSH port accepted a connect from."""
+        with self._lock:
+            return dict(self._local)
+
     def timeout_for(self, target: SSHTarget) -> float:
         if self._config.connect_timeout is not None:
             return self._config.connect_timeout
         return target.connect_timeout or DEFAULT_CONNECT_TIMEOUT
 
     def preflight(self, hosts: tuple[str, ...]) -> None:
-        """Fail now, not after minutes of waiting, on key files that can never work."""
+        """Fail now, not after minutes of waiting, on settings and key files that cannot work.
+
+        Every host's ssh settings are resolved here, whatever the check: a config that ssh
+        would refuse for a host (InputError, exit 2) must stop mpiwait before it waits.
+        """
+        targets = [self.target(host) for host in hosts]
         if self._config.check is not Check.SSH:
             return
-        for host in hosts:
-            target = self.target(host)
+        for target in targets:
             self._identities.get(target.identity_files, defaults=target.identities_default)
 
     def attempt(self, host: str) -> Outcome:
-        target = self.target(host)
+        try:
+            target = self.target(host)
+        except InputError as exc:
+            # A host that appeared after start-up (discover_hosts.sh) for which ssh would
+            # refuse its config: no waiting fixes that.
+            return Outcome(Status.FATAL, Stage.DNS, "ssh-config", exc.message, exc.hint)
         timeout = self.timeout_for(target)
         with self._lock:
             kept = self._refused.pop(host, None)
@@ -96,7 +122,15 @@ class Prober:
         else:
             looked_up = time.monotonic()
             try:
-                infos = socket.getaddrinfo(target.address, target.port, type=socket.SOCK_STREAM)
+                infos = self._lookups.resolve(target.address, target.port, timeout)
+            except LookupTimeout:
+                return _retry(Stage.DNS, "timeout", f"no answer from the resolver in {timeout:g}s")
+            except ResolverBusy:
+                return _retry(
+                    Stage.DNS,
+                    "resolver-busy",
+                    f"{MAX_PENDING_LOOKUPS} earlier lookups still unanswered",
+                )
             except socket.gaierror as exc:
                 return _retry(Stage.DNS, "unresolved", f"{target.address}: {exc.strerror or exc}")
             except UnicodeError:
@@ -111,6 +145,8 @@ class Prober:
                 with self._lock:
                     self._refused[host] = (looked_up, infos)
             return failure
+        with contextlib.suppress(OSError), self._lock:
+            self._local[host] = sock.getsockname()[0]
         try:
             if self._config.check is Check.TCP:
                 return READY
@@ -136,8 +172,9 @@ class Prober:
         try:
             if target.strict_host_key_checking != "no":
                 try:
+                    kh_address, kh_port = target.known_hosts_address
                     known = self._host_keys.known_types(
-                        address=target.address, port=target.port, files=target.known_hosts_files
+                        address=kh_address, port=kh_port, files=target.known_hosts_files
                     )
                 except PermanentError as exc:
                     return Outcome(Status.FATAL, Stage.SSH, "host-key", exc.message, exc.hint)
@@ -169,10 +206,11 @@ class Prober:
                 return _retry(Stage.SSH, "handshake", f"no SSH key exchange within {timeout:g}s")
             server_key = transport.get_remote_server_key()
             try:
+                kh_address, kh_port = target.known_hosts_address
                 self._host_keys.check(
                     host=target.host,
-                    address=target.address,
-                    port=target.port,
+                    address=kh_address,
+                    port=kh_port,
                     key=server_key,
                     strict=target.strict_host_key_checking,
                     files=target.known_hosts_files,

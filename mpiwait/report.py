@@ -7,9 +7,10 @@ flushed one at a time so they survive the ``execvp`` that follows a successful w
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -35,6 +36,11 @@ PREFIX = "mpiwait: "
 PER_HOST_LINES_UP_TO = 32
 # How many names a grouped line spells out before "and N more".
 NAMES_PER_GROUP = 5
+# The longest line a summary or a status line may be, whatever the number of hosts: names are
+# dropped into "and N more" and long details cut until it fits.
+LINE_WIDTH = 160
+# A detail (an error message) longer than this is cut in a group line.
+DETAIL_WIDTH = 60
 # Kubernetes keeps at most this many bytes of a termination message.
 TERMINATION_LOG_BYTES = 4096
 
@@ -54,13 +60,49 @@ def group_not_ready(hosts: Iterable[HostState]) -> list[tuple[str, list[HostStat
     return sorted(groups.items(), key=lambda item: -len(item[1]))
 
 
-def _names(hosts: list[HostState], *, details: bool) -> str:
+def _cut(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 3)] + "..."
+
+
+def _detail(host: HostState) -> str:
+    """The detail without the host's own name in front (``w7: Name or service not known``
+    under w7 says w7 twice); a different name in front (ssh config's HostName) stays."""
+    prefix = f"{host.host}: "
+    return host.detail[len(prefix) :] if host.detail.startswith(prefix) else host.detail
+
+
+def _names(hosts: list[HostState], *, details: bool, count: int = NAMES_PER_GROUP) -> str:
     shown = [
-        f"{h.host} ({h.detail})" if details and h.detail else h.host
-        for h in hosts[:NAMES_PER_GROUP]
+        f"{h.host} ({_cut(_detail(h), DETAIL_WIDTH)})" if details and h.detail else h.host
+        for h in hosts[:count]
     ]
     more = len(hosts) - len(shown)
     return ", ".join(shown) + (f" and {more} more" if more else "")
+
+
+def _fitting(build: Callable[[int], str], width: int) -> str | None:
+    """``build(k)`` with the most names per group, up to NAMES_PER_GROUP, that fits ``width``."""
+    for count in range(NAMES_PER_GROUP, 0, -1):
+        line = build(count)
+        if len(line) <= width:
+            return line
+    return None
+
+
+def _fit(build: Callable[[int], str], width: int = LINE_WIDTH) -> str:
+    """As _fitting, cut at the end when even one name does not fit (a 250-character name)."""
+    return _fitting(build, width) or _cut(build(1), width)
+
+
+def _group_line(key: str, hosts: list[HostState]) -> str:
+    """``  dns unresolved (120; Name or service not known): w1, w2 ... and 115 more``: a detail
+    that all the hosts share is said once, otherwise each name carries its own."""
+    shared = {_detail(h) for h in hosts}
+    if len(hosts) > 1 and len(shared) == 1 and next(iter(shared)):
+        head = f"  {key} ({len(hosts)}; {_cut(shared.pop(), DETAIL_WIDTH)}): "
+        return _fit(lambda k: head + _names(hosts, details=False, count=k))
+    head = f"  {key} ({len(hosts)}): "
+    return _fit(lambda k: head + _names(hosts, details=True, count=k))
 
 
 def summary_lines(result: WaitResult) -> list[str]:
@@ -85,7 +127,7 @@ def summary_lines(result: WaitResult) -> list[str]:
         return [f"{head}: no hosts were listed by any source"]
     lines = [f"{head}: {len(not_ready)} of {_hosts(total)} not ready"]
     for key, hosts in group_not_ready(not_ready):
-        lines.append(f"  {key} ({len(hosts)}): {_names(hosts, details=True)}")
+        lines.append(_group_line(key, hosts))
     return lines
 
 
@@ -151,6 +193,7 @@ class Reporter:
                 check=event.check,
                 timeout=event.timeout,
                 notes=list(event.notes),
+                launch=event.launch or None,
             )
         elif isinstance(event, HostsAdded):
             self._json("hosts_added", hosts=list(event.hosts), total=event.total)
@@ -174,10 +217,23 @@ class Reporter:
         elif isinstance(event, HostLost):
             self._json("lost", elapsed=round(event.elapsed, 3), **_state_dict(event.state))
         elif isinstance(event, StillWaiting):
+            # Every 10 s while waiting: bounded whatever the number of hosts (a count per
+            # group and the first few of each); the full list is in the final "result".
+            groups = group_not_ready(event.hosts)
             self._json(
                 "waiting",
                 elapsed=round(event.elapsed, 3),
-                hosts=[_state_dict(h) for h in event.hosts if h.stage is not Stage.READY],
+                ready=sum(1 for h in event.hosts if h.stage is Stage.READY),
+                total=len(event.hosts),
+                groups=[
+                    {
+                        "stage": hosts[0].stage.value,
+                        "reason": hosts[0].reason,
+                        "count": len(hosts),
+                        "sample": [_state_dict(h) for h in hosts[:NAMES_PER_GROUP]],
+                    }
+                    for _, hosts in groups
+                ],
             )
 
     def _emit_text(self, event: Event) -> None:
@@ -191,12 +247,16 @@ class Reporter:
             self._total = len(event.hosts)
             sources = "; ".join(event.sources) or "no source lists any host yet"
             deadline = f"deadline {event.timeout:g}s" if event.timeout > 0 else "no deadline"
+            then = f"; then {event.launch}" if event.launch else ""
             self.line(
                 f"waiting for {_hosts(len(event.hosts))} ({sources}) to pass the "
-                f"{event.check} check; {deadline}"
+                f"{event.check} check; {deadline}{then}"
             )
             if event.skipped_self:
-                self.line(f"not waiting for this machine: {', '.join(event.skipped_self)}")
+                self.line(
+                    f"this machine: {', '.join(event.skipped_self)} (no login; only its name "
+                    "must resolve, as the MPI will resolve it)"
+                )
             for note in event.notes:
                 self.line(note)
         elif isinstance(event, HostsAdded):
@@ -250,19 +310,27 @@ def _state_dict(state: HostState) -> dict[str, object]:
     }
 
 
-def write_termination_log(path: Path | None, lines: list[str]) -> None:
+def write_termination_log(path: Path | None, lines: list[str], *, create: bool = False) -> None:
     """Leave the summary where Kubernetes shows it (``kubectl describe pod``), if we may.
 
-    Only an existing, writable file is written: elsewhere the path is not ours to create.
+    An existing file (or character device) is written. A missing one is created only when the
+    user named the path (``create``): the default /dev/termination-log exists only in a pod,
+    and elsewhere is not ours to make. A dangling symlink is never followed into a new file.
     """
     if path is None:
         return
+    # Bytes, not characters: one non-ASCII name would otherwise push past the limit. A
+    # character cut in half at the end is dropped rather than left broken.
+    data = ("\n".join(lines) + "\n").encode("utf-8")[:TERMINATION_LOG_BYTES]
+    data = data.decode("utf-8", "ignore").encode("utf-8")
     try:
-        if not path.is_file() and not path.is_char_device():
+        if path.is_file() or path.is_char_device():
+            path.write_bytes(data)
             return
-        # Bytes, not characters: one non-ASCII name would otherwise push past the limit. A
-        # character cut in half at the end is dropped rather than left broken.
-        data = ("\n".join(lines) + "\n").encode("utf-8")[:TERMINATION_LOG_BYTES]
-        path.write_bytes(data.decode("utf-8", "ignore").encode("utf-8"))
+        if not create or os.path.lexists(path):
+            return
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        with os.fdopen(fd, "wb") as stream:
+            stream.write(data)
     except OSError:
         return

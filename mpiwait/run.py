@@ -8,11 +8,19 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 from mpiwait.errors import ExitCode, InputError, MpiwaitError
 from mpiwait.events import End, WaitStarted
 from mpiwait.hosts import HostSources, SelfNames, Snapshot
-from mpiwait.launch import check_remote_agent, exec_command, find_command, worker_role
+from mpiwait.launch import (
+    ROLE_VARIABLE,
+    check_remote_agent,
+    exec_command,
+    find_command,
+    is_mpi_launcher,
+    worker_role,
+)
 from mpiwait.report import Reporter, summary_lines, write_termination_log
 from mpiwait.settings import (
     DEFAULT_RETRY_INITIAL,
@@ -25,6 +33,9 @@ from mpiwait.settings import (
     Settings,
 )
 
+if TYPE_CHECKING:  # handover.py is imported on the launcher path only, when COMMAND is given
+    from mpiwait.handover import Handover, Interface
+
 _END_STATUS = {
     End.READY: ExitCode.OK,
     End.TIMEOUT: ExitCode.TIMEOUT,
@@ -34,6 +45,12 @@ _END_STATUS = {
 
 def run(settings: Settings, environ: Mapping[str, str]) -> int:
     """Wait, then exec COMMAND (never returns in that case) or return the exit status."""
+    if settings.list_ready:
+        # Run every second by horovodrun, inside its container: its failures are horovodrun's
+        # to report, and a termination log left by one bad call would outlive it.
+        from mpiwait.listready import list_ready
+
+        return list_ready(settings, environ)
     try:
         return _run(settings, environ)
     except MpiwaitError as exc:
@@ -41,7 +58,9 @@ def run(settings: Settings, environ: Mapping[str, str]) -> int:
         # there, a malformed hostfile) end the container just as a deadline does: Kubernetes
         # shows the reason in `kubectl describe pod` only if it is in the termination log.
         lines = [f"error: {exc.message}"] + ([f"hint: {exc.hint}"] if exc.hint else [])
-        write_termination_log(settings.termination_log, lines)
+        write_termination_log(
+            settings.termination_log, lines, create=settings.termination_log_explicit
+        )
         raise
 
 
@@ -50,6 +69,12 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     role = worker_role(environ)
     if role is not None:
         # One image serves launcher and workers: on a worker, step aside at once.
+        if settings.dry_run:
+            import shlex
+
+            print(f"# {ROLE_VARIABLE}={role}: not waiting for any host")
+            print(f"exec {shlex.join(settings.command)}" if settings.command else "exit 0")
+            return ExitCode.OK
         if not settings.command:
             reporter.info(f"K_MPI_JOB_ROLE={role}: nothing to wait for")
             return ExitCode.OK
@@ -60,9 +85,20 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
         if warning:
             reporter.info(f"warning: {warning}")
 
+    launch = _recognise(settings, environ, reporter)
     sources = _sources(settings, environ)
     first = sources.read()
     if settings.hosts_option is None and not first.sources:
+        if _is_node(settings):
+            # Kubeflow Trainer v2 mounts the hostfile in the launcher only and sets no role
+            # variable: a pod with neither, whose COMMAND starts no MPI launch (sshd), is a
+            # node. A launcher (its COMMAND is mpirun) without its hostfile is still an error.
+            reporter.info(
+                f"no {settings.hostfile}, no {settings.discover_hosts} and no K_MPI_JOB_ROLE, "
+                f"and {os.path.basename(settings.command[0])} is no MPI launcher: a worker "
+                "(node) pod; nothing to wait for"
+            )
+            exec_command(settings.command)
         raise InputError(
             f"no host source: neither {settings.hostfile} nor {settings.discover_hosts} exists "
             "and --hosts is not given",
@@ -70,8 +106,9 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
             "or pass --hostfile / --hosts",
         )
 
-    # paramiko imports invoke only to run `Match exec`, which sshconfig.py runs itself; left
-    # out, paramiko's import takes ~55 ms instead of ~100 ms here (benchmarks/, scenario 3).
+    # paramiko imports invoke only for its own ssh_config `Match exec`, which mpiwait never
+    # uses (sshconfig_eval.py runs Match exec itself); left out, paramiko's import takes ~55 ms
+    # instead of ~100 ms here (benchmarks/, scenario 3).
     sys.modules.setdefault("invoke", None)  # None: `import invoke` raises ImportError
     from mpiwait.probes import ProbeConfig, Prober
     from mpiwait.sshconfig import SSHResolver
@@ -85,13 +122,22 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     prober = Prober(
         ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command), resolver
     )
+    # An entry naming this machine gets no login (the launcher runs no sshd), but the MPI
+    # ssh's to it unless it resolves to this machine: it must resolve, as ssh resolves it.
+    self_prober = Prober(ProbeConfig(Check.DNS, settings.connect_timeout), resolver)
+    is_self = sources.self_names.is_self
     names = _names(first)
     if settings.dry_run:
         _print_plan(names, prober, first)
+        _print_launch(settings, environ, launch, first)
         return ExitCode.OK
-    prober.preflight(names)  # unusable key files: exit 3 before any waiting
+    # ssh settings ssh would refuse (exit 2), unusable key files (exit 3): before any waiting
+    prober.preflight(names)
 
     notes: list[str] = []
+    agent = resolver.agent_note() if settings.check is Check.SSH else None
+    if agent:
+        notes.append(agent)
     if settings.check is Check.SSH and not resolver.config_sets_host_key_policy():
         notes.append(
             "no ssh config sets StrictHostKeyChecking: accepting unknown host keys without "
@@ -99,25 +145,46 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
         )
     reporter(
         WaitStarted(
-            hosts=names,
+            hosts=names + first.skipped_self,
             sources=first.sources,
             skipped_self=first.skipped_self,
             check=settings.check.value,
             timeout=settings.timeout,
             notes=tuple(notes),
+            launch=launch.describe() if launch else "",
         )
     )
     # Everything loaded so far (modules, config, keys) lives until exec: freezing it keeps the
     # cyclic collector from scanning it again and again while thousands of logins allocate
     # (the collector was ~7% of the CPU of a login here).
     gc.freeze()
-    result = _wait(settings, sources, names, prober, reporter)
+
+    def attempt(host: str):
+        own = not settings.include_self and is_self(host)
+        return (self_prober if own else prober).attempt(host)
+
+    result = _wait(settings, sources, names + first.skipped_self, attempt, reporter)
     reporter(result)
     if result.end is End.READY:
+        hosts = tuple(h.host for h in result.hosts)
         if settings.command:
-            exec_command(settings.command)
+            if launch is None:
+                exec_command(settings.command)
+            else:
+                handover = _handover(settings, environ, launch, prober, hosts, is_self)
+                for line in handover.lines():
+                    reporter.info(line)
+                exec_command(settings.command, env=handover.environ(environ))
+        elif settings.launch_env:
+            from mpiwait.handover import advice_without_command
+
+            interface = _interface(prober, hosts, is_self)
+            for line in advice_without_command(*_hostfile_text(settings), interface):
+                reporter.info(line)
         return ExitCode.OK
-    write_termination_log(settings.termination_log, summary_lines(result))
+    write_termination_log(
+        settings.termination_log, summary_lines(result), create=settings.termination_log_explicit
+    )
     if result.end is End.INTERRUPTED:
         return 128 + (signal.SIGTERM if result.signal_name == "SIGTERM" else signal.SIGINT)
     return _END_STATUS[result.end]
@@ -141,13 +208,91 @@ def _names(snapshot: Snapshot) -> tuple[str, ...]:
     return tuple(host.name for host in snapshot.hosts)
 
 
-def _wait(settings, sources: HostSources, names, prober, reporter):
+def _recognise(settings: Settings, environ: Mapping[str, str], reporter: Reporter):
+    """The MPI that COMMAND launches, when mpiwait is to hand it what the wait learned."""
+    if not settings.command or not settings.launch_env:
+        return None
+    from mpiwait.handover import LAUNCHER_NAMES, recognise
+
+    launch = recognise(settings.command, environ)
+    if launch is None and os.path.basename(settings.command[0]) in LAUNCHER_NAMES:
+        reporter.info(
+            f"launch: which MPI {settings.command[0]} belongs to could not be told; "
+            "its environment is left as it is"
+        )
+    return launch
+
+
+def _is_node(settings: Settings) -> bool:
+    """No host source at all, none named by the user, and a COMMAND that starts no MPI."""
+    return bool(
+        settings.command
+        and not settings.hostfile_explicit
+        and not settings.discover_explicit
+        and not is_mpi_launcher(settings.command[0])
+    )
+
+
+def _interface(prober, hosts: tuple[str, ...], is_self: Callable[[str], bool]) -> Interface:
+    from mpiwait.interfaces import interface_for
+
+    reached = prober.local_addresses()
+    return interface_for({h: reached[h] for h in hosts if h in reached and not is_self(h)})
+
+
+def _handover(settings, environ, launch, prober, hosts, is_self) -> Handover:
+    import socket
+
+    from mpiwait.handover import plan
+
+    return plan(
+        launch,
+        settings.command,
+        environ,
+        interface=_interface(prober, hosts, is_self),
+        self_entries=tuple(h for h in hosts if is_self(h)),
+        hostname=socket.gethostname(),
+    )
+
+
+def _hostfile_text(settings: Settings) -> tuple[str | None, str | None]:
+    """(path, text) of the hostfile, for the advice in an initContainer; None when absent."""
+    if settings.hostfile is None or settings.hosts_option is not None:
+        return None, None
+    try:
+        with open(settings.hostfile, encoding="utf-8", errors="replace") as f:
+            return str(settings.hostfile), f.read(1 << 20)
+    except OSError:
+        return None, None
+
+
+def _print_launch(settings: Settings, environ, launch, snapshot: Snapshot) -> None:
+    if launch is None:
+        return
+    print(f"# launch: {launch.describe()}")
+    import socket
+
+    from mpiwait.handover import plan
+
+    handover = plan(
+        launch,
+        settings.command,
+        environ,
+        interface=None,
+        self_entries=snapshot.skipped_self,
+        hostname=socket.gethostname(),
+    )
+    for line in handover.lines():
+        print(f"# {line}")
+
+
+def _wait(settings, sources: HostSources, names, attempt, reporter):
     from mpiwait.waiter import ThreadRunner, WaitPolicy, wait_for_hosts
 
     return wait_for_hosts(
         first=names,
         read_hosts=_reread(sources, names, reporter),
-        runner=ThreadRunner(prober.attempt, settings.parallel),
+        runner=ThreadRunner(attempt, settings.parallel),
         policy=WaitPolicy(
             timeout=settings.timeout,
             retry_initial=settings.retry_initial or DEFAULT_RETRY_INITIAL,
@@ -182,7 +327,7 @@ def _reread(
                 reported.append(exc.message)
                 reporter.info(f"warning: keeping the hosts read before: {exc.message}")
             return last[0]
-        last[0] = (_names(snapshot), snapshot.sources)
+        last[0] = (_names(snapshot) + snapshot.skipped_self, snapshot.sources)
         return last[0]
 
     return read_hosts
@@ -191,7 +336,10 @@ def _reread(
 def _print_plan(names: tuple[str, ...], prober, snapshot: Snapshot) -> None:
     print(f"# {len(names)} hosts from: {'; '.join(snapshot.sources) or 'no source'}")
     if snapshot.skipped_self:
-        print(f"# not waiting for this machine: {', '.join(snapshot.skipped_self)}")
+        print(
+            f"# this machine: {', '.join(snapshot.skipped_self)} (no login; "
+            "only its name must resolve)"
+        )
     for name in names:
         target = prober.target(name)
         keys = [

@@ -128,6 +128,25 @@ DISCOVER_EXEC_TIMEOUT = 10.0
 # the name is in /etc/hosts and the lookup takes microseconds.
 SELF_LOOKUP_TIMEOUT = 2.0
 
+# Name lookups outstanding at once, stuck ones included (mpiwait/resolver.py). A lookup gets the
+# connect timeout like every stage; one that a resolver keeps longer (Docker's embedded DNS took
+# ~10 s for a container not started yet) goes on in the background on its own thread. As many as
+# the default --parallel: a healthy resolver answers in milliseconds and never needs more, and
+# a broken one costs at most this many threads; lookups past it report "resolver busy" and are
+# retried like any other not-yet.
+MAX_PENDING_LOOKUPS = 32
+
+# --list-ready (horovodrun --host-discovery-script, run every second). A host that passed a
+# login is logged into again only after between half of this and all of it (spread per host, so
+# hosts that came up together do not all come due in the same call); on the calls in between it
+# is listed if its name still resolves to the addresses it had when it passed. A pod that is
+# deleted, evicted or rescheduled loses its DNS record or changes address, so that check catches
+# what matters at the cost of a name lookup instead of ~10 ms of sshd work per host per second;
+# what it cannot see (sshd dying inside a pod that keeps its address) is caught within this
+# bound. Horovod ssh's only into hosts new to it, so only a host coming back to the list within
+# the bound could meet that case. 64 ready hosts: ~3 logins a call instead of 64.
+LIST_READY_RECHECK = 30.0
+
 # Kubernetes shows this file's content in `kubectl describe pod` when the container fails.
 DEFAULT_TERMINATION_LOG = Path("/dev/termination-log")
 
@@ -160,6 +179,9 @@ class Settings:
     probe_rate: float = DEFAULT_PROBE_RATE
     recheck_after: float = DEFAULT_RECHECK_AFTER  # 0: never re-check
     dry_run: bool = False
+    list_ready: bool = False  # print the hosts that pass now, host[:slots] per line, and exit
     log_format: LogFormat = LogFormat.TEXT
     quiet: bool = False
     termination_log: Path | None = DEFAULT_TERMINATION_LOG
+    termination_log_explicit: bool = False  # named by the user: created if it does not exist
+    launch_env: bool = True  # hand the MPI launch what the wait learned (handover.py)

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -10,9 +12,47 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import leaks
 import testbed
 
 _BED_PROBLEM = testbed.missing_requirements()
+
+STRICT_ENV = "MPIWAIT_TEST_STRICT"
+
+
+def _strict_mode() -> str | None:
+    """Why skips are failures in this run (a phrase), or None. MPIWAIT_TEST_STRICT=1/0 decides
+    when set; otherwise CI=true (set by CI systems, and by .ci/run) turns it on."""
+    explicit = os.environ.get(STRICT_ENV, "").strip().lower()
+    if explicit:
+        return f"{STRICT_ENV}={explicit}" if explicit in ("1", "true", "yes") else None
+    return "CI=true" if os.environ.get("CI", "").strip().lower() in ("1", "true") else None
+
+
+STRICT = _strict_mode()
+
+
+def _openmpi_problem() -> str | None:
+    """Why Open MPI is unusable here, or None. By what mpirun says it is, not by `orted`: Open
+    MPI 5 has no orted, and `mpirun` may be another MPI's."""
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        return "Open MPI not installed (no mpirun; apt-get install openmpi-bin)"
+    try:
+        cp = subprocess.run(
+            [mpirun, "--version"], capture_output=True, text=True, timeout=30,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+        said = cp.stdout + cp.stderr
+    except (OSError, subprocess.TimeoutExpired) as e:
+        said = str(e)
+    if "Open MPI" in said or shutil.which("ompi_info") is not None:
+        return None
+    first = said.strip().splitlines()[0] if said.strip() else "nothing"
+    return f"{mpirun} is not Open MPI (`mpirun --version` says: {first})"
+
+
+_OPENMPI_PROBLEM = _openmpi_problem()
 
 # Usable as a decorator or in `pytestmark`; tests marked `@pytest.mark.root` and tests using the
 # `bed` fixture are skipped for the same reason automatically.
@@ -21,12 +61,100 @@ requires_root_netns = pytest.mark.skipif(
 )
 
 requires_openmpi = pytest.mark.skipif(
-    shutil.which("mpirun") is None or shutil.which("orted") is None,
-    reason="Open MPI (mpirun, orted) not installed",
+    _OPENMPI_PROBLEM is not None, reason=f"Open MPI unavailable: {_OPENMPI_PROBLEM}"
 )
 requires_mpich = pytest.mark.skipif(
     shutil.which("mpiexec.hydra") is None, reason="MPICH (mpiexec.hydra) not installed"
 )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "may_skip(reason): this test may skip even in strict mode (CI), because its skip means "
+        "'not applicable here', never 'a requirement is missing'; the reason says why",
+    )
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    if STRICT:
+        return f"strict mode ({STRICT}): a skipped test fails the run, naming what was missing"
+    return f"skips allowed (set {STRICT_ENV}=1, or CI=true, to make them failures)"
+
+
+def _strict_failure(reason: object) -> str:
+    if isinstance(reason, tuple) and len(reason) == 3:  # (file, line, "Skipped: why")
+        reason = reason[2]
+    return (
+        f"strict mode ({STRICT}): skipped, but in CI nothing may be skipped: {reason}\n"
+        "Install what is missing (.ci/run does, as root) or, only where the skip means 'not "
+        "applicable', mark the test @pytest.mark.may_skip(reason)."
+    )
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    # A skip means "a requirement is missing" (root, namespaces, sshd, an MPI, a container
+    # engine, a test extra): in strict mode that must fail the run instead of passing it.
+    outcome = yield
+    rep = outcome.get_result()
+    if not STRICT or not rep.skipped or hasattr(rep, "wasxfail"):
+        return
+    marker = item.get_closest_marker("may_skip")
+    if marker is not None:
+        if not (marker.args and str(marker.args[0]).strip()):
+            rep.outcome, rep.longrepr = "failed", "@pytest.mark.may_skip needs a reason"
+        return
+    rep.outcome, rep.longrepr = "failed", _strict_failure(rep.longrepr)
+
+
+_SESSION_PROBLEMS = pytest.StashKey[list[str]]()  # what fails the session at its end
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    # A whole module skipped at import (pytest.importorskip at module level) counts as well; it
+    # fails the session at its end rather than interrupting the collection of everything else.
+    outcome = yield
+    rep = outcome.get_result()
+    if STRICT and rep.skipped:
+        problems = collector.config.stash.setdefault(_SESSION_PROBLEMS, [])
+        problems.append(f"{rep.nodeid}: {_strict_failure(rep.longrepr)}")
+
+
+_LEAK_BASELINE = pytest.StashKey[leaks.Baseline]()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _leak_baseline(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory):
+    request.config.stash[_LEAK_BASELINE] = leaks.baseline([tmp_path_factory.getbasetemp()])
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    # Every fixture is torn down by now: whatever of this session still exists leaked. It is
+    # named (failing the run) and removed, so that the next run does not inherit it.
+    base = session.config.stash.get(_LEAK_BASELINE, None)
+    if base is not None:
+        left = leaks.find(base)
+        if left.describe():
+            problems = session.config.stash.setdefault(_SESSION_PROBLEMS, [])
+            problems.append("the session left behind (now removed):")
+            problems += [f"  {what}" for what in left.describe()]
+            leaks.clean(left)
+    if session.config.stash.get(_SESSION_PROBLEMS, []) and session.exitstatus in (
+        pytest.ExitCode.OK,
+        pytest.ExitCode.NO_TESTS_COLLECTED,
+    ):
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    problems = terminalreporter.config.stash.get(_SESSION_PROBLEMS, [])
+    if problems:
+        terminalreporter.section("session problems (they fail the run)", sep="=", red=True)
+        for line in problems:
+            terminalreporter.line(line, red=True)
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:

@@ -27,6 +27,7 @@ import shlex
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -127,6 +128,62 @@ class Launch:
         self.proc = proc
         self.argv = argv
         self.started = started
+        self._readers: list[threading.Thread] = []  # once wait_for() has started reading
+        self._out: list[str] = []
+        self._err: list[str] = []
+        self._err_done = False
+        self._cond = threading.Condition()
+
+    def wait_for(self, pattern: str, timeout: float = 30.0) -> str:
+        """Until a line of mpiwait's stderr matches ``pattern`` (a regex); returns that line.
+        From the first call on, threads read stdout and stderr (finish() collects them)."""
+        rx = re.compile(pattern)
+        self._read_in_threads()
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while True:
+                for line in self._err:
+                    if rx.search(line):
+                        return line
+                left = deadline - time.monotonic()
+                if self._err_done or left <= 0:
+                    why = "mpiwait ended" if self._err_done else f"{timeout}s passed"
+                    raise AssertionError(
+                        f"{why} without a stderr line matching {pattern!r}:\n{''.join(self._err)}"
+                    )
+                self._cond.wait(left)
+
+    def _read_in_threads(self) -> None:
+        if self._readers:
+            return
+
+        def read(stream: Any, into: list[str], is_err: bool) -> None:
+            for line in stream:
+                with self._cond:
+                    into.append(line)
+                    self._cond.notify_all()
+            if is_err:
+                with self._cond:
+                    self._err_done = True
+                    self._cond.notify_all()
+
+        self._readers = [
+            threading.Thread(target=read, args=(self.proc.stdout, self._out, False), daemon=True),
+            threading.Thread(target=read, args=(self.proc.stderr, self._err, True), daemon=True),
+        ]
+        for t in self._readers:
+            t.start()
+
+    def _communicate(self, timeout: float) -> tuple[str, str]:
+        if not self._readers:
+            return self.proc.communicate(timeout=timeout)
+        try:
+            self.proc.wait(timeout)
+        finally:
+            if self.proc.poll() is not None:
+                for t in self._readers:
+                    t.join(10)
+        return "".join(self._out), "".join(self._err)
 
     @property
     def pid(self) -> int:
@@ -145,11 +202,11 @@ class Launch:
 
     def finish(self, timeout: float = 60.0) -> Result:
         try:
-            out, err = self.proc.communicate(timeout=timeout)
+            out, err = self._communicate(timeout)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            out, err = self.proc.communicate()
+            out, err = self._communicate(30)
             raise AssertionError(
                 f"mpiwait still running after {timeout}s\n{shlex.join(self.argv)}\n{out}\n{err}"
             ) from None

@@ -10,6 +10,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -127,11 +128,17 @@ OPTION_CASES = [
     (["--recheck-after", "0"], {"recheck_after": 0.0}),
     (["--recheck-after", "0.5"], {"recheck_after": 0.5}),
     (["--dry-run"], {"dry_run": True}),
+    (["--list-ready"], {"list_ready": True}),
     (["--log-format", "json"], {"log_format": LogFormat.JSON}),
     (["--log-format", "text"], {"log_format": LogFormat.TEXT}),
     (["-q"], {"quiet": True}),
     (["--quiet"], {"quiet": True}),
-    (["--termination-log", "/x/log"], {"termination_log": Path("/x/log")}),
+    (
+        ["--termination-log", "/x/log"],
+        {"termination_log": Path("/x/log"), "termination_log_explicit": True},
+    ),
+    (["--no-launch-env"], {"launch_env": False}),
+    (["--launch-env"], {"launch_env": True}),
 ]
 
 
@@ -214,6 +221,7 @@ def test_all_options_together() -> None:
         log_format=LogFormat.JSON,
         quiet=True,
         termination_log=Path("/t"),
+        termination_log_explicit=True,
     )
 
 
@@ -243,9 +251,15 @@ ENV_CASES = [
     ({"MPIWAIT_PROBE_RATE": "50"}, {"probe_rate": 50.0}),
     ({"MPIWAIT_RECHECK_AFTER": "2"}, {"recheck_after": 2.0}),
     ({"MPIWAIT_DRY_RUN": "1"}, {"dry_run": True}),
+    ({"MPIWAIT_LIST_READY": "1"}, {"list_ready": True}),
     ({"MPIWAIT_LOG_FORMAT": "json"}, {"log_format": LogFormat.JSON}),
     ({"MPIWAIT_QUIET": "yes"}, {"quiet": True}),
-    ({"MPIWAIT_TERMINATION_LOG": "/e/log"}, {"termination_log": Path("/e/log")}),
+    (
+        {"MPIWAIT_TERMINATION_LOG": "/e/log"},
+        {"termination_log": Path("/e/log"), "termination_log_explicit": True},
+    ),
+    ({"MPIWAIT_LAUNCH_ENV": "0"}, {"launch_env": False}),
+    ({"MPIWAIT_LAUNCH_ENV": "false"}, {"launch_env": False}),
 ]
 EXPLICIT_BY_ENV = {
     "MPIWAIT_HOSTFILE": {"hostfile_explicit": True},
@@ -721,6 +735,7 @@ def test_no_host_source(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     DEFAULT_HOSTFILE.exists() or DEFAULT_DISCOVER_HOSTS.exists(),
     reason="this machine has mpi-operator's /etc/mpi files",
 )
+@pytest.mark.may_skip("the defaults are only absent on a machine that is not an MPIJob launcher")
 def test_no_host_source_with_the_defaults_subprocess() -> None:
     proc = mpiwait_process("--timeout", "1")
     assert proc.returncode == 2
@@ -906,9 +921,39 @@ def test_main_maps_errors_to_statuses(
         assert err.splitlines() == expected
 
 
-def test_main_returns_runs_status(monkeypatch: pytest.MonkeyPatch, in_process_main) -> None:
-    monkeypatch.setattr(run_module, "run", lambda settings, environ: 124)
-    assert in_process_main(["--hosts", "w1"]) == 124
+def test_main_exits_124_when_the_deadline_passes(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    in_process_main,
+) -> None:
+    # The real run, no stub: a loopback port that refuses, a 1 s deadline. Its 124 (and not
+    # the COMMAND) must come out of main(), after the summary.
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    key = tmp_path / "id_ed25519"
+    key.write_bytes(
+        Ed25519PrivateKey.generate().private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.OpenSSH,
+            serialization.NoEncryption(),
+        )
+    )
+    key.chmod(0o600)
+    config = tmp_path / "ssh_config"
+    config.write_text("Host *\n    StrictHostKeyChecking no\n    UserKnownHostsFile /dev/null\n")
+    with socket.socket() as s:  # a port nothing listens on: connects are refused at once
+        s.bind(("127.0.0.2", 0))
+        port = s.getsockname()[1]
+    monkeypatch.setenv("MPIWAIT_TERMINATION_LOG", str(tmp_path / "termination-log"))
+    marker = tmp_path / "command-ran"
+    argv = ["-F", str(config), "-i", str(key), "--hosts", "127.0.0.2", "-p", str(port)]
+    status = in_process_main([*argv, "--timeout", "1", "--", "touch", str(marker)])
+    err = capsys.readouterr().err
+    assert status == 124, err
+    assert not marker.exists(), "COMMAND ran although the wait timed out"
+    assert "mpiwait: timed out after" in err and "tcp refused (1): 127.0.0.2" in err, err
 
 
 def test_main_usage_error_exits_2_without_running(
@@ -989,3 +1034,75 @@ def test_a_source_that_fails_while_waiting_keeps_the_last_good_list(tmp_path: Pa
     assert stream.getvalue().count("warning: keeping the hosts read before") == 1
     sources.fail = False
     assert read()[0] == ("w1", "w2", "w3")  # retried on the next round
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["--list-ready", "mpirun"], "--list-ready takes no COMMAND"),
+        (["--list-ready", "--", "true"], "--list-ready takes no COMMAND"),
+        (["--list-ready", "--dry-run"], "--list-ready and --dry-run cannot be combined"),
+    ],
+)
+def test_list_ready_refuses_what_it_cannot_do(
+    capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    assert cli.parse(argv) == ExitCode.USAGE
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1 and says in err
+
+
+def test_a_word_after_list_ready_options_is_still_command_not_an_option() -> None:
+    # Everything from the first non-option is COMMAND: --list-ready after it is COMMAND's.
+    settings = parse("--hosts=a", "mpirun", "--list-ready")
+    assert settings.command == ("mpirun", "--list-ready") and not settings.list_ready
+
+
+def test_termination_log_is_explicit_only_when_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MPIWAIT_TERMINATION_LOG", raising=False)
+    assert not parse().termination_log_explicit
+    assert parse("--termination-log=/t").termination_log_explicit
+    monkeypatch.setenv("MPIWAIT_TERMINATION_LOG", "/t")
+    assert parse().termination_log_explicit
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (["--log-format", "json", "--timeout", "soon"], {}),
+        (["--log-format=json", "--bogus", "mpirun"], {}),
+        (["--hosts", "a", "--parallel", "0"], {"MPIWAIT_LOG_FORMAT": "json"}),
+        (["--log-format", "json", "--list-ready", "--", "true"], {}),
+    ],
+)
+def test_usage_errors_are_json_when_json_was_asked_for(
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    argv: list[str],
+    env: dict[str, str],
+) -> None:
+    monkeypatch.delenv("MPIWAIT_LOG_FORMAT", raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert cli.parse(argv) == ExitCode.USAGE
+    out, err = capsys.readouterr()
+    assert out == "" and len(err.splitlines()) == 1
+    record = json.loads(err)
+    assert record["event"] == "error" and record["exit_code"] == 2
+    assert record["message"] and "mpiwait: error" not in record["message"]
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--log-format", "yaml"],  # the format itself is what is wrong
+        ["--timeout", "soon", "mpirun", "--log-format", "json"],  # COMMAND's, not ours
+        ["--hosts", "--log-format", "--timeout", "soon"],  # --log-format is --hosts' value
+    ],
+)
+def test_usage_errors_stay_text_otherwise(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, argv: list[str]
+) -> None:
+    monkeypatch.delenv("MPIWAIT_LOG_FORMAT", raising=False)
+    assert cli.parse(argv) == ExitCode.USAGE
+    assert capsys.readouterr().err.startswith("mpiwait: error: ")

@@ -380,7 +380,7 @@ def test_mpi_operator_layout_with_no_ssh_flags(bed, tmp_path, flavor):
             plan.stdout,
             re.M,
         ), show(plan)
-    assert f"# not waiting for this machine: {JOB_LAUNCHER}\n" in plan.stdout, show(plan)
+    assert f"# this machine: {JOB_LAUNCHER} (no login; " in plan.stdout, show(plan)
 
     def worker_1_running() -> None:
         b.write_discover_hosts(etc_mpi, [JOB_LAUNCHER, *JOB_WORKERS])
@@ -409,12 +409,13 @@ def test_mpi_operator_layout_with_no_ssh_flags(bed, tmp_path, flavor):
     )
     assert_launched(r, answers)
     assert re.search(
-        r"^mpiwait: waiting for 2 hosts \(/etc/mpi/hostfile \(3 hosts\); "
+        r"^mpiwait: waiting for 3 hosts \(/etc/mpi/hostfile \(3 hosts\); "
         r"/etc/mpi/discover_hosts\.sh \(2 hosts\)\) to pass the ssh check",
         r.stderr,
         re.M,
     ), show(r)
-    assert f"mpiwait: not waiting for this machine: {JOB_LAUNCHER}\n" in r.stderr, show(r)
+    # the launcher's own entry: it must resolve (it does), and gets no login
+    assert f"mpiwait: this machine: {JOB_LAUNCHER} (no login; " in r.stderr, show(r)
 
 
 # --------------------------------------------------------------------------------------------
@@ -541,6 +542,7 @@ class Fault:
     setup: Callable[[testbed.TestBed], object]  # before mpiwait starts
     clear: Sequence[tuple[float, Callable[[testbed.TestBed], object]]]  # after `seen`
     seen: str  # the progress line mpiwait prints while the fault lasts
+    args: tuple[str, ...] = ()  # more mpiwait options
 
 
 def _stop_and_listen_silently(b: testbed.TestBed) -> None:
@@ -569,19 +571,35 @@ FAULTS = {
     "banner-less-listener-then-sshd": Fault(
         _stop_and_listen_silently, [(1.0, _replace_listener_by_sshd)], r"w3: ssh no-banner"
     ),
-    # w3 comes up, goes down and comes up again; w1 comes up only after that, so the launch
-    # cannot happen while w3 is down (a host that passed is not probed again).
+    # w3 comes up and passes; while w1 is still late, mpiwait goes on probing w1 but never w3
+    # again, also not when w3 goes down and up again meanwhile; then w1 comes up.
     "flapping-host": Fault(
-        lambda b: (b.stop_sshd(0), b.stop_sshd(2)),
-        [
-            (0.5, lambda b: b.start_sshd(2)),
-            (1.5, lambda b: b.stop_sshd(2)),
-            (2.5, lambda b: b.start_sshd(2)),
-            (3.5, lambda b: b.start_sshd(0)),
-        ],
+        lambda b: (b.stop_sshd(0), b.stop_sshd(2), b.syns(0), b.syns(2)),
+        [(0.0, lambda b: b.start_sshd(2)), (0.0, lambda b: _flap_after_the_pass(b))],
         r"w3: tcp refused",
+        args=("--retry-max", "0.5"),  # w1's attempts come at least every 0.5 s
     ),
 }
+
+
+def _sshd_logins(b: testbed.TestBed, i: int) -> int:
+    return b.hosts[i].sshd_log.read_text(errors="replace").count("Accepted publickey for ")
+
+
+def _flap_after_the_pass(b: testbed.TestBed) -> None:
+    deadline = time.monotonic() + 60
+    while _sshd_logins(b, 2) < 1:  # mpiwait's login: w3 passed
+        assert time.monotonic() < deadline, "mpiwait never logged into w3"
+        time.sleep(0.02)
+    w3_syns = b.syns(2)
+    b.stop_sshd(2)
+    b.start_sshd(2)  # returns once it listens again
+    w1_syns = b.syns(0)
+    while b.syns(0) < w1_syns + 3:  # mpiwait kept waiting: three more attempts on w1
+        assert time.monotonic() < deadline, "mpiwait stopped probing the late w1"
+        time.sleep(0.02)
+    assert b.syns(2) == w3_syns, "mpiwait probed w3 again after it had passed"
+    b.start_sshd(0)
 
 
 @requires_openmpi
@@ -596,7 +614,7 @@ def test_fault_while_waiting_then_launch(bed, tmp_path, fault):
     ssh_config.write_text(b.ssh_config.read_text() + "    ConnectTimeout 2\n")
     f.setup(b)
     mpirun = b.openmpi_argv(["hostname"], ssh_config=ssh_config)
-    args = ["--hosts", "w1,w2,w3", *DEADLINE, "-F", str(ssh_config)]
+    args = ["--hosts", "w1,w2,w3", *DEADLINE, "-F", str(ssh_config), *f.args]
     # The fault clears a moment after mpiwait has reported it.
     clear = [(at, lambda a=action: a(b)) for at, action in f.clear]
     r = launch(b, args, mpirun, when=progress(f.seen), then=clear)

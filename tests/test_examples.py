@@ -26,6 +26,7 @@ import shutil
 import stat
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from fnmatch import fnmatch
@@ -43,7 +44,13 @@ EXAMPLES = REPO / "examples"
 K8S = EXAMPLES / "kubernetes"
 COMPOSE_DIR = EXAMPLES / "docker-compose"
 COMPOSE_FILE = COMPOSE_DIR / "compose.yaml"
-DOCKERFILES = [REPO / "Dockerfile", K8S / "entrypoint.Dockerfile", COMPOSE_DIR / "Dockerfile"]
+DOCKERFILES = [
+    REPO / "Dockerfile",
+    K8S / "entrypoint.Dockerfile",
+    K8S / "intel-entrypoint.Dockerfile",
+    K8S / "trainer-entrypoint.Dockerfile",
+    COMPOSE_DIR / "Dockerfile",
+]
 K8S_EXAMPLES = sorted(K8S.glob("*.yaml"))
 
 MPIWAIT_IMAGE = "ghcr.io/mpiwait/mpiwait:0.1.0"
@@ -93,6 +100,20 @@ IMAGES: dict[str, ImageFacts] = {
         {0: ("root", "/root"), 1000: ("mpiuser", "/home/mpiuser")},
         {"ssh_config": OPERATOR_SSH_CONFIG},
     ),
+    # Horovod's image: root, sshd on port 22; its ssh_config is not relied upon.
+    "horovod/horovod:0.28.1": ImageFacts(None, {0: ("root", "/root")}, {}),
+    # mpi-operator's mpi-pi:intel (Intel MPI 2021) plus /opt/mpiwait, no entrypoint.sh.
+    "ghcr.io/mpiwait/pi-intel-mpiwait:0.1.0": ImageFacts(
+        K8S / "intel-entrypoint.Dockerfile",
+        {0: ("root", "/root"), 1000: ("mpiuser", "/home/mpiuser")},
+        {"ssh_config": OPERATOR_SSH_CONFIG},
+    ),
+    # mpi-operator's mpi-pi:openmpi (Open MPI 5.0.7; Trainer's runtimes run it) plus /opt/mpiwait.
+    "ghcr.io/mpiwait/pi-openmpi-mpiwait:0.1.0": ImageFacts(
+        K8S / "trainer-entrypoint.Dockerfile",
+        {0: ("root", "/root"), 1000: ("mpiuser", "/home/mpiuser")},
+        {"ssh_config": OPERATOR_SSH_CONFIG},
+    ),
     "mpiwait-demo:latest": ImageFacts(
         COMPOSE_DIR / "Dockerfile",
         {0: ("root", "/root")},
@@ -110,9 +131,11 @@ WORKERS = {
     "entrypoint.yaml": {"user": "mpiuser", "port": 2222},
     "run-launcher-as-worker.yaml": {"user": "mpiuser", "port": 2222},
     "trainer-v2.yaml": {"user": "mpiuser", "port": 2222},
+    "intel-entrypoint.yaml": {"user": "mpiuser", "port": 2222},
+    "trainer-v2-entrypoint.yaml": {"user": "mpiuser", "port": 2222},
     "compose.yaml": {"user": "root", "port": 22},
+    "horovod-elastic.yaml": {"user": "root", "port": 22},
 }
-LATE = 1.0
 
 
 def load_all(path: Path) -> list[Any]:
@@ -194,6 +217,20 @@ def runs_mpiwait(argv: list[str]) -> bool:
     return bool(argv) and os.path.basename(argv[0]) == "mpiwait"
 
 
+def discovery_script(argv: list[str]) -> list[str] | None:
+    """The mpiwait command a horovodrun line runs as its --host-discovery-script (through a
+    shell, every second), split as that shell splits it; None when there is none."""
+    import shlex
+
+    if not argv or os.path.basename(argv[0]) != "horovodrun":
+        return None
+    for k, arg in enumerate(argv[:-1]):
+        if arg == "--host-discovery-script":
+            script = shlex.split(argv[k + 1])
+            return script if runs_mpiwait(script) else None
+    return None
+
+
 # --------------------------------------------------------------------------------------------
 # What each example runs
 
@@ -217,7 +254,7 @@ class Invocation:
     ssh_auth_path: str  # sshAuthMountPath
     ssh_auth_volume: str
     config_volume: str
-    role: str = "launcher"  # or "worker"
+    role: str = "launcher"  # or "worker", or "discovery" (horovodrun's discovery script)
 
     def image_env(self) -> dict[str, str]:
         facts = IMAGES[self.image]
@@ -294,7 +331,10 @@ def mpijob_invocations(example: str, job: dict[str, Any]) -> list[Invocation]:
         containers += [("container", c) for c in pod["containers"]]
         for kind, c in containers:
             argv = effective_argv(c["image"], c.get("command"), c.get("args"))
-            if not runs_mpiwait(argv):
+            script = discovery_script(argv) if role == "launcher" else None
+            if script is not None:
+                argv = script
+            elif not runs_mpiwait(argv):
                 continue
             env = _env_list(c)
             mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts") or []}
@@ -314,7 +354,11 @@ def mpijob_invocations(example: str, job: dict[str, Any]) -> list[Invocation]:
                     uid=_container_uid(c, pod, c["image"]),
                     mounts=mounts,
                     hostname=hostname,
-                    role=role if kind == "container" else "launcher",
+                    role="discovery"
+                    if script is not None
+                    else role
+                    if kind == "container"
+                    else "launcher",
                     **common,
                 )
             )
@@ -328,22 +372,39 @@ def trainer_invocations(example: str, runtime: dict[str, Any], job_name: str) ->
     slots = int(mpi.get("numProcPerNode", 1))
     assert mpi.get("mpiImplementation", "OpenMPI") == "OpenMPI"  # the only one Trainer runs
     nodes = [f"{job_name}-node-0-{i}.{job_name}" for i in range(n)]
+    ssh_path = mpi.get("sshAuthMountPath", "/root/.ssh")
     out = []
     for rjob in runtime["spec"]["template"]["spec"]["replicatedJobs"]:
         pod = rjob["template"]["spec"]["template"]["spec"]
-        for c in pod.get("initContainers") or []:
+        containers = [("initContainer", c) for c in pod.get("initContainers") or []]
+        containers += [("container", c) for c in pod["containers"]]
+        for kind, c in containers:
             argv = effective_argv(c["image"], c.get("command"), c.get("args"))
             if not runs_mpiwait(argv):
                 continue
+            env = _env_list(c)
+            mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts") or []}
+            role = "launcher"
+            if kind == "container" and c["name"] == "node":
+                # The plugin's additions to containers named `node`: the key everywhere, the
+                # hostfile and the OMPI_MCA_* variables on the launcher; no role variable.
+                mounts[ssh_path] = "mpi-ssh-auth"
+                if rjob["name"] == "launcher":
+                    mounts["/etc/mpi"] = "mpi-hostfile"
+                    env.update(OPERATOR_ENV["OpenMPI"])
+                    env["OMPI_MCA_orte_set_default_slots"] = str(slots)
+                else:
+                    role = "worker"
             out.append(
                 Invocation(
                     example=example,
-                    what=f"{rjob['name']} initContainer {c['name']}",
+                    what=f"{rjob['name']} {kind} {c['name']}",
                     image=c["image"],
                     argv=argv,
-                    env=_env_list(c),
+                    env=env,
                     uid=_container_uid(c, pod, c["image"]),
-                    mounts={m["mountPath"]: m["name"] for m in c.get("volumeMounts") or []},
+                    mounts=mounts,
+                    role=role,
                     hostname=f"{job_name}-{rjob['name']}-0-0",
                     hosts=nodes,
                     hostfile="".join(f"{h} slots={slots}\n" for h in nodes),
@@ -497,7 +558,7 @@ def test_every_mpiwait_env_var_in_the_examples_is_an_option():
 def test_kubernetes_example_structure(path):
     docs = load_all(path)
     invocations = k8s_invocations(path)
-    assert any(inv.role == "launcher" for inv in invocations), (
+    assert any(inv.role in ("launcher", "discovery") for inv in invocations), (
         f"{path.name}: no launcher-side mpiwait invocation found"
     )
     for doc in docs:
@@ -584,6 +645,14 @@ def test_images_run_mpiwait_the_documented_way():
     assert mpich.entrypoint == [MPIWAIT_IN_IMAGE]
     froms = [rest for kw, rest in instructions(K8S / "entrypoint.Dockerfile") if kw == "FROM"]
     assert froms[0] == f"{MPIWAIT_IMAGE} AS mpiwait"
+    # Intel MPI and Trainer's Open MPI: the same pattern, and no entrypoint.sh behind mpiwait
+    # (its nslookup loop is what handing hydra the interface replaces).
+    for name in ("intel-entrypoint.Dockerfile", "trainer-entrypoint.Dockerfile"):
+        stage = final_stage(K8S / name)
+        assert stage.copies == [["--from=mpiwait", "/opt/mpiwait", "/opt/mpiwait"]], name
+        assert stage.entrypoint == [MPIWAIT_IN_IMAGE], name
+    intel = final_stage(K8S / "intel-entrypoint.Dockerfile")
+    assert intel.env["PATH"].startswith("/opt/intel/oneapi/mpi/latest/bin:")
     # The demo image installs ssh_config where the Compose test lays it out.
     demo = final_stage(COMPOSE_DIR / "Dockerfile")
     assert ["examples/docker-compose/ssh_config", "/etc/ssh/ssh_config.d/mpi.conf"] in demo.copies
@@ -857,6 +926,12 @@ LAUNCHER_INVOCATIONS = [inv for inv in all_invocations() if inv.role == "launche
 def test_example_waits_for_real_workers_then_runs_its_command(inv, bed, tmp_path):
     b = _bed_for(bed, inv)
     workers = WORKERS[inv.example]
+    # The launcher's own entry (runLauncherAsWorker) resolves, to the launcher: the operator's
+    # Service publishes not-ready addresses then, and mpiwait waits for that name to resolve.
+    for line in inv.hostfile.splitlines():
+        name = line.split()[0].split(":")[0] if line.strip() else ""
+        if name and name not in inv.hosts:
+            b.publish_name(name)
 
     # The plan: every worker (the launcher's own entry left out), with the port, user and key
     # that mpirun's ssh will use in that container.
@@ -870,22 +945,60 @@ def test_example_waits_for_real_workers_then_runs_its_command(inv, bed, tmp_path
         assert fields["user"] == workers["user"], r.stdout
         assert fields["identity"].startswith(inv.ssh_auth_path + "/id_"), r.stdout
 
-    # For real, with one worker's sshd coming up late (as after a long image pull).
+    # For real, with one worker's sshd coming up late (as after a long image pull): only once
+    # mpiwait has tried it (a SYN to it, refused), whatever the pod's set-up took.
     late = len(inv.hosts) - 1
     b.stop_sshd(late)
-    b.start_sshd(late, delay=LATE)
-    t0 = time.monotonic()
+    b.syns(late)
+    comes_up = threading.Thread(target=_start_once_tried, args=(b, late), daemon=True)
+    comes_up.start()
     r, command = run_in_pod(b, inv, tmp_path / "pod")
-    took = time.monotonic() - t0
+    comes_up.join(30)
     assert r.returncode == 0, f"exit {r.returncode}\n{r.stderr}"
     assert "mpiwait: error" not in r.stderr, r.stderr
-    assert took >= LATE * 0.8, f"returned after {took:.2f}s: did not wait\n{r.stderr}"
-    assert inv.hosts[late] in r.stderr, r.stderr
+    # It saw the late worker down and waited for it (no COMMAND, no exit 0 before that).
+    down = rf"^mpiwait: \[\+[\d.]+s\] {re.escape(inv.hosts[late])}: tcp refused"
+    assert re.search(down, r.stderr, re.M), f"did not see {inv.hosts[late]} down\n{r.stderr}"
+    # ...and logged into it once it was up, before it ended (the pod's only ssh client).
+    log = b.hosts[late].sshd_log.read_text(errors="replace")
+    assert f"Accepted publickey for {workers['user']} " in log, f"{r.stderr}\n{log}"
     if command:
         # mpiwait became COMMAND, with the example's arguments untouched.
         assert r.stdout.split() == command, r.stdout
     else:
         assert r.stdout == "", r.stdout
+
+
+def _start_once_tried(b: testbed.TestBed, i: int) -> None:
+    deadline = time.monotonic() + 60
+    while b.syns(i) < 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    b.start_sshd(i)
+
+
+DISCOVERY_INVOCATIONS = [inv for inv in all_invocations() if inv.role == "discovery"]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize(
+    "inv", DISCOVERY_INVOCATIONS, ids=[f"{i.example}:{i.what}" for i in DISCOVERY_INVOCATIONS]
+)
+def test_discovery_script_lists_only_workers_that_accept_a_login(inv, bed, tmp_path):
+    b = _bed_for(bed, inv)
+    slots = re.search(r"slots=(\d+)|:(\d+)", inv.hostfile)
+    assert slots is not None, inv.hostfile
+    count = slots.group(1) or slots.group(2)
+    # One worker's sshd is not up yet: horovodrun must not be handed it.
+    late = len(inv.hosts) - 1
+    b.stop_sshd(late)
+    r, command = run_in_pod(b, inv, tmp_path / "starting")
+    assert command == [], f"{inv.example}: the discovery script takes no COMMAND"
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    assert sorted(r.stdout.splitlines()) == sorted(f"{h}:{count}" for h in inv.hosts[:late])
+    b.start_sshd(late)
+    r, _ = run_in_pod(b, inv, tmp_path / "all-up")
+    assert (r.returncode, r.stderr) == (0, ""), r.stderr
+    assert sorted(r.stdout.splitlines()) == sorted(f"{h}:{count}" for h in inv.hosts)
 
 
 def test_worker_role_steps_aside_at_once(tmp_path):

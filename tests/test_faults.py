@@ -3,15 +3,18 @@
 The fault matrix is the table FAULTS below: for every fault, one bed of three hosts (w1
 healthy, w2 and w3 faulty) and two mpiwait processes run side by side:
 
-- ``clears``: waits for w1,w2 with a far deadline; w2's fault is removed CLEAR_AT seconds in.
-  Expected: exit 0 and the COMMAND runs, no later than CLEAR_AT + one connect timeout + one
-  backoff window + the row's extra allowance + SLACK.
+- ``clears``: waits for w1,w2 with a far deadline; w2's fault is removed once this run has
+  reported w2 not ready (a progress line on its stderr), so the fault was seen, however slowly
+  the machine runs. Expected: exit 0 and the COMMAND runs, no later than the repair + one
+  connect timeout + one backoff window + the row's extra allowance + SLACK.
 - ``stays``: waits for w1,w3 whose fault stays. Expected: exit 124, never before the deadline
   and never later than deadline + one connect timeout + SLACK; the summary names w3 in the
   group the row expects.
 
 SLACK covers what the wall clock sees beyond mpiwait's own timing: starting Python and the
-launcher context on a loaded 2-core machine (other test sessions run at the same time).
+launcher context on a loaded 2-core machine (other test sessions run at the same time). It is
+generous on purpose: the bounds decide "noticed within one backoff window" and "gave up at the
+deadline, not a connect timeout later", not speed (benchmarks/ measures that).
 """
 
 from __future__ import annotations
@@ -44,8 +47,7 @@ def on_bed(test):
 DEADLINE = 5.0  # --timeout of the "stays" runs
 CONNECT = 2.0  # --connect-timeout of every run
 RETRY_MAX = 1.0  # --retry-max: the longest backoff window
-CLEAR_AT = 1.5  # seconds after the start when the "clears" host is repaired
-SLACK = 1.5  # process start-up and scheduling on a loaded machine (see the docstring)
+SLACK = 3.0  # process start-up and scheduling on a loaded machine (see the docstring)
 COMMAND = ["echo", "the-command-ran"]
 
 
@@ -267,7 +269,7 @@ def test_fault_matrix(bed, fault: Fault) -> None:
             fault.apply(b, i, state)
         clears = mh.start(b, common_args("w1", "w2", timeout=60), command=COMMAND)
         stays = mh.start(b, common_args("w1", "w3", timeout=DEADLINE), command=COMMAND)
-        time.sleep(CLEAR_AT)
+        clears.wait_for(r"^mpiwait: \[\+[\d.]+s\] w2: ", timeout=60)  # w2's fault was seen
         fault.clear(b, 1, state)
         cleared_at = time.monotonic() - clears.started
         ok = clears.finish(timeout=60)
@@ -293,7 +295,9 @@ def test_fault_matrix(bed, fault: Fault) -> None:
     assert DEADLINE <= late.elapsed <= DEADLINE + CONNECT + SLACK, late
     head, *groups = mh.summary(late)
     reported = float(re.search(r"timed out after ([\d.]+)s", head).group(1))
-    assert DEADLINE <= reported < DEADLINE + 0.5, late
+    # mpiwait's own clock: at the deadline, never before, and without waiting for the probe in
+    # flight (that would be up to CONNECT later); the allowance is thread scheduling under load.
+    assert DEADLINE <= reported < DEADLINE + CONNECT / 2, late
     assert "1 of 2 hosts not ready" in head, late
     assert len(groups) == 1 and re.match(rf"mpiwait:   ({fault.stays_as}) \(1\): w3", groups[0]), (
         late
@@ -322,7 +326,13 @@ def test_300_blackholed_hosts_end_at_the_deadline(tmp_path: Path) -> None:
              "--connect-timeout", "2", "--parallel", "300", "--probe-rate", "0"],
         )  # fmt: skip
     assert r.returncode == 124, r
-    assert 5 <= r.elapsed <= 5 + 2 + SLACK, r
+    # Gives up at the deadline by its own clock (as in the fault matrix: within half a connect
+    # timeout; waiting for the 300 connects in flight could take a whole one). The wall clock
+    # only guards against a hang: it includes starting Python and 300 threads on 2 loaded
+    # cores (how fast all that is belongs to benchmarks/).
+    reported = float(re.search(r"timed out after ([\d.]+)s", r.stderr).group(1))
+    assert 5 <= reported < 5 + 2 / 2, r
+    assert 5 <= r.elapsed <= 5 + 2 + 4 * SLACK, r
     head, *groups = mh.summary(r)
     assert "300 of 300 hosts not ready" in head, r
     assert groups == [groups[0]] and groups[0].startswith("mpiwait:   tcp timeout (300): "), r
@@ -363,8 +373,13 @@ def test_300_hosts_not_ready_three_ways_stay_readable(tmp_path: Path) -> None:
         "mpiwait:   tcp timeout",
     ], block
     for ln in block[1:]:
-        assert "(100): " in ln and ln.endswith(" and 95 more"), ln
-        assert len(re.findall(r"node-\d{3} \(", ln)) == 5, ln
+        # as many names as fit in 160 characters (at least one), the rest counted
+        assert len(ln) - len("mpiwait: ") <= 160, ln
+        shown = len(re.findall(r"node-\d{3}", ln))
+        assert 1 <= shown <= 5 and ln.endswith(f" and {100 - shown} more"), ln
+    # the dns group says its one reason once, not the host's name again for each host
+    (dns,) = [ln for ln in block if "dns unresolved" in ln]
+    assert "dns unresolved (100; " in dns and "node-001 (node-001" not in dns, dns
 
     # json: every host, with its stage and reason, in the result (and in the waiting event)
     records = [json.loads(line) for line in j.lines]
@@ -377,7 +392,10 @@ def test_300_hosts_not_ready_three_ways_stay_readable(tmp_path: Path) -> None:
     expect |= {m.names[i]: ("tcp", "timeout") for i in dropped}
     assert by_host == expect
     waiting_events = [r for r in records if r["event"] == "waiting"]
-    assert waiting_events and {h["host"] for h in waiting_events[0]["hosts"]} == set(m.names)
+    # Bounded: a count per group and a sample; every host is counted once.
+    assert waiting_events and sum(g["count"] for g in waiting_events[0]["groups"]) == len(m.names)
+    sampled = {h["host"] for g in waiting_events[0]["groups"] for h in g["sample"]}
+    assert sampled and sampled <= set(m.names)
 
 
 # ---------------------------------------------------------------------------------------------

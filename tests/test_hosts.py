@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import socket
-import stat
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -541,16 +543,32 @@ def test_read_text_file_character_device() -> None:
     assert read_error(Path("/dev/null")) == "hostfile /dev/null: is not a regular file"
 
 
-def test_read_text_file_permission_denied(tmp_path: Path) -> None:
-    path = tmp_path / "hostfile"
-    path.write_text("w1\n")
-    path.chmod(0)
-    try:
-        if os.access(path, os.R_OK):
-            pytest.skip("running with privileges that read a mode-000 file (root)")
-        assert read_error(path) == f"hostfile {path}: permission denied"
-    finally:
-        path.chmod(stat.S_IRUSR | stat.S_IWUSR)
+def test_read_text_file_permission_denied(as_user) -> None:
+    # A real refusal by the kernel. Root reads a mode-000 file, so as root the read runs as
+    # `nobody` (setpriv); the file sits in a directory anyone may traverse, so that it is the
+    # file's own mode that refuses, not the way to it.
+    with tempfile.TemporaryDirectory(prefix="mpiwait-perm-", dir="/tmp") as d:
+        Path(d).chmod(0o755)
+        path = Path(d) / "hostfile"
+        path.write_text("w1\n")
+        path.chmod(0)
+        if os.geteuid() != 0:
+            assert read_error(path) == f"hostfile {path}: permission denied"
+            return
+        wrap, drop = as_user("nobody")
+        code = (
+            "import sys; from pathlib import Path; from mpiwait.errors import InputError\n"
+            "from mpiwait.hosts import read_text_file\n"
+            "try: read_text_file(Path(sys.argv[1]), what='hostfile')\n"
+            "except InputError as e: print(str(e)); sys.exit(e.exit_code)\n"
+        )
+        env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+        r = subprocess.run(
+            [*wrap, *drop, sys.executable, "-c", code, str(path)],
+            capture_output=True, text=True, timeout=60, cwd="/", env=env,
+        )  # fmt: skip
+        assert r.stdout == f"hostfile {path}: permission denied\n", r.stderr
+        assert r.returncode == ExitCode.USAGE
 
 
 def test_read_text_file_permission_denied_simulated(

@@ -12,13 +12,16 @@ and any line of any private key (client or host) in any output.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -109,6 +112,68 @@ def mpiwait(lab: Lab, *args: str, env: dict[str, str] | None = None, python: lis
     return finish(lab, start(lab, list(args), env=env, python=python), began)
 
 
+Seen = str | Callable[[str], bool]  # a regex searched in a stderr line, or a test of the line
+
+
+def progress(host: str, state: str) -> str:
+    """A regex for mpiwait's progress line about a host, e.g. progress(B, "tcp refused")."""
+    return rf"^mpiwait: \[\+[\d.]+s\] {re.escape(host)}: {state}"
+
+
+def mpiwait_then(lab: Lab, *args: str, steps: Sequence[tuple[Seen, Callable[[], object]]]) -> Run:
+    """Run mpiwait; each ``(seen, action)`` step runs ``action`` once a stderr line after the
+    previous step's matches ``seen``. So a host comes up (or a file appears) only after mpiwait
+    has reported the state before it, however slowly the machine runs: the test cannot pass
+    without that state having been seen. Fails if a step's line never came."""
+    began = time.monotonic()
+    proc = start(lab, list(args))
+    assert proc.stdout is not None and proc.stderr is not None
+    err: list[str] = []
+    out: list[str] = []
+    fired: list[int] = []
+    actions: list[threading.Thread] = []
+    errors: list[BaseException] = []
+
+    def act(action: Callable[[], object]) -> None:
+        try:
+            action()
+        except BaseException as e:  # re-raised in the test's thread
+            errors.append(e)
+
+    def read_err() -> None:
+        for line in proc.stderr:
+            err.append(line)
+            if len(fired) < len(steps):
+                seen, action = steps[len(fired)]
+                if seen(line) if callable(seen) else re.search(seen, line, re.M):
+                    fired.append(len(fired))
+                    t = threading.Thread(target=act, args=(action,), daemon=True)
+                    actions.append(t)
+                    t.start()
+
+    readers = [
+        threading.Thread(target=read_err, daemon=True),
+        threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True),
+    ]
+    for t in readers:
+        t.start()
+    try:
+        proc.wait(timeout=90)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for t in readers + actions:
+        t.join(30)
+    took = time.monotonic() - began
+    run = Run(proc.args, proc.returncode, "".join(out), "".join(err), took, proc.pid)  # type: ignore[arg-type]
+    check_hygiene(lab, run)
+    if errors:
+        raise errors[0]
+    assert run.returncode != -signal.SIGKILL, f"mpiwait still running after 90 s\n{run}"
+    assert len(fired) == len(steps), f"step {len(fired) + 1} never saw its line\n{run}"
+    return run
+
+
 def ssh_config(
     lab: Lab,
     *,
@@ -195,8 +260,7 @@ def test_all_hosts_ready_without_command_exits_0(lab: Lab) -> None:
 def test_late_sshd_is_waited_for_then_command_runs_with_clean_stdout(lab: Lab) -> None:
     c = cluster(lab, A, B, running=False)
     c.servers[0].start()
-    c.servers[1].start_later(3.0)
-    run = mpiwait(
+    run = mpiwait_then(
         lab,
         "-F",
         str(c.config),
@@ -210,13 +274,13 @@ def test_late_sshd_is_waited_for_then_command_runs_with_clean_stdout(lab: Lab) -
         "sh",
         "-c",
         "echo command-output",
+        steps=[(progress(B, "tcp refused"), c.servers[1].start)],  # B starts once seen down
     )
     assert run.returncode == 0, run
     # stdout is the COMMAND's alone: all of mpiwait's lines went to stderr.
     assert run.stdout == "command-output\n", run
-    assert f"{B}: tcp refused" in run.stderr, run
     assert "all 2 hosts ready" in run.stderr, run
-    assert 2.5 < run.elapsed < 40, run
+    assert run.elapsed < 40, run  # a hang guard only
     assert logins(c.servers[1]) == 1
 
 
@@ -276,9 +340,8 @@ def test_silent_listener_replaced_by_sshd_while_waiting(lab: Lab) -> None:
         silent.stop()
         server.start()
 
-    lab.later(2.5, swap)
     cfg = ssh_config(lab, port=port, identity=key)
-    run = mpiwait(
+    run = mpiwait_then(
         lab,
         "-F",
         str(cfg),
@@ -290,9 +353,9 @@ def test_silent_listener_replaced_by_sshd_while_waiting(lab: Lab) -> None:
         "0.5",
         "--timeout",
         FAR_DEADLINE,
+        steps=[(progress(A, "ssh no-banner"), swap)],
     )
     assert run.returncode == 0, run
-    assert f"{A}: ssh no-banner" in run.stderr, run
     assert "ready" in run.stderr.splitlines()[-1], run
     assert logins(server) == 1
     assert run.elapsed < 40, run
@@ -408,6 +471,19 @@ def test_worker_role_without_command_exits_0(lab: Lab) -> None:
     assert run.returncode == 0, run
     assert "K_MPI_JOB_ROLE=worker" in run.stderr, run
     assert run.elapsed < QUICK, run
+
+
+def test_worker_role_dry_run_prints_what_it_would_exec(lab: Lab) -> None:
+    marker = lab.path("ran")
+    env = base_env(lab, K_MPI_JOB_ROLE="worker")
+    run = mpiwait(lab, "--dry-run", "--", "touch", str(marker), "it's", env=env)
+    assert run.returncode == 0, run
+    assert run.stdout == (
+        f"# K_MPI_JOB_ROLE=worker: not waiting for any host\nexec touch {marker} 'it'\"'\"'s'\n"
+    ), run
+    assert not marker.exists()
+    run = mpiwait(lab, "--dry-run", env=env)
+    assert (run.returncode, run.stdout.splitlines()[-1]) == (0, "exit 0"), run
 
 
 # ---------------------------------------------------------------------------------------------
@@ -580,6 +656,35 @@ def test_host_key_type_listed_in_known_hosts_is_the_one_checked(
     assert text in run.stderr, run
 
 
+@pytest.mark.parametrize(
+    ("listed_as", "alias"),
+    [("alias.mpi", "Alias.MPI"), ("{addr}:{port}", None)],
+    ids=["HostKeyAlias", "address-and-port"],
+)
+def test_known_hosts_name_is_ssh_s(lab: Lab, listed_as: str, alias: str | None) -> None:
+    """ssh looks the host key up under HostKeyAlias (lowercased, no port) when set, else under
+    [address]:port; under StrictHostKeyChecking yes mpiwait must find the same entry."""
+    c = cluster(lab, A)
+    server = c.servers[0]
+    _, kind, blob = server.host_key_line().split()[:3]
+    name = listed_as.format(addr=f"[{A}]", port=c.port)
+    known = lab.write("known_hosts", f"{name} {kind} {blob}\n")
+    before = f"Host *\n    HostKeyAlias {alias}\n" if alias else ""
+    cfg = ssh_config(
+        lab, port=c.port, identity=c.key, strict="yes", known_hosts=known, before=before
+    )
+    ssh = subprocess.run(
+        ["ssh", "-F", str(cfg), "-o", "BatchMode=yes", A, "true"],
+        capture_output=True,
+        text=True,
+        stdin=subprocess.DEVNULL,
+        timeout=30,
+    )
+    assert ssh.returncode == 0, ssh.stderr  # what mpirun's ssh does
+    run = mpiwait(lab, "-F", str(cfg), "--hosts", A, "--timeout", FAR_DEADLINE)
+    assert run.returncode == 0, run
+
+
 # ---------------------------------------------------------------------------------------------
 # 13: --remote-command
 
@@ -611,8 +716,7 @@ def test_failing_remote_command_keeps_host_not_ready(lab: Lab) -> None:
 def test_remote_command_waits_for_a_file_that_appears_later(lab: Lab) -> None:
     c = cluster(lab, A)
     flag = lab.path("worker-is-set-up")
-    lab.later(1.5, flag.touch)
-    run = mpiwait(
+    run = mpiwait_then(
         lab,
         "-F",
         str(c.config),
@@ -627,11 +731,10 @@ def test_remote_command_waits_for_a_file_that_appears_later(lab: Lab) -> None:
         "--",
         "echo",
         "launched",
+        steps=[(progress(A, "ssh remote-command"), flag.touch)],  # only once seen not ready
     )
     assert run.returncode == 0, run
     assert run.stdout == "launched\n", run
-    assert f"{A}: ssh remote-command" in run.stderr, run
-    assert run.elapsed > 1.2, run
 
 
 # ---------------------------------------------------------------------------------------------
@@ -649,7 +752,11 @@ def test_signal_while_waiting_ends_with_one_summary(lab: Lab, signum: int, statu
     assert proc.stderr is not None
     first = proc.stderr.readline()  # the start line: the handlers are in place by now
     assert "waiting for 2 hosts" in first, first
-    time.sleep(1.0)  # let it retry a few times
+    down: set[str] = set()
+    while down != {A, B}:  # both hosts were probed and reported down before the signal
+        line = proc.stderr.readline()
+        assert line, "mpiwait ended before reporting both hosts down"
+        down |= {h for h in (A, B) if re.search(progress(h, "tcp refused"), line)}
     sent = time.monotonic()
     proc.send_signal(signum)
     run = finish(lab, proc, began)
@@ -686,8 +793,14 @@ def test_dry_run_prints_the_plan_without_connecting(lab: Lab) -> None:
 def test_json_log_lines_all_parse(lab: Lab) -> None:
     c = cluster(lab, A, B, running=False)
     c.servers[0].start()
-    c.servers[1].start_later(2.0)
-    run = mpiwait(
+
+    def b_down(line: str) -> bool:
+        with contextlib.suppress(ValueError):
+            r = json.loads(line)
+            return r.get("event") == "host" and r.get("host") == B and r.get("stage") == "tcp"
+        return False
+
+    run = mpiwait_then(
         lab,
         "-F",
         str(c.config),
@@ -699,6 +812,7 @@ def test_json_log_lines_all_parse(lab: Lab) -> None:
         "0.5",
         "--",
         "true",
+        steps=[(b_down, c.servers[1].start)],
     )
     assert run.returncode == 0, run
     records = [json.loads(line) for line in run.stderr.splitlines()]
@@ -734,7 +848,7 @@ def test_json_log_on_unusable_key(lab: Lab) -> None:
     assert "does not exist" in records[-1]["message"]
 
 
-def test_termination_log_written_only_when_it_exists(lab: Lab) -> None:
+def test_termination_log_given_explicitly_is_written_even_when_absent(lab: Lab) -> None:
     port = lab.free_port(A)
     cfg = ssh_config(lab, port=port, identity=lab.key())
     existing = lab.write("termination-log", "")
@@ -749,7 +863,8 @@ def test_termination_log_written_only_when_it_exists(lab: Lab) -> None:
     message = existing.read_text()
     assert message.startswith("timed out after"), message
     assert f"tcp refused (1): {A}" in message, message
-    assert not absent.exists()
+    # Named by the user (flag or MPIWAIT_TERMINATION_LOG): made for them, same content.
+    assert absent.read_text() == message
 
 
 # ---------------------------------------------------------------------------------------------
@@ -810,7 +925,6 @@ def test_open_mpi_hostfile_by_ip(lab: Lab) -> None:
 def test_discover_hosts_that_gains_a_host_while_waiting(lab: Lab) -> None:
     c = cluster(lab, A, B, running=False)
     c.servers[1].start()  # up from the start, but not listed yet
-    c.servers[0].start_later(4.5)  # keeps the wait going until B is listed
     hostfile = lab.write("hostfile", "")
     discover = lab.write("discover_hosts.sh", f"#!/bin/sh\necho {A}\n", 0o555)
 
@@ -818,8 +932,7 @@ def test_discover_hosts_that_gains_a_host_while_waiting(lab: Lab) -> None:
         new = lab.write("discover_hosts.sh.new", f"#!/bin/sh\necho {A}\necho {B}\n", 0o555)
         new.replace(discover)
 
-    lab.later(1.5, grow)
-    run = mpiwait(
+    run = mpiwait_then(
         lab,
         "-F",
         str(c.config),
@@ -831,8 +944,12 @@ def test_discover_hosts_that_gains_a_host_while_waiting(lab: Lab) -> None:
         FAR_DEADLINE,
         "--retry-max",
         "0.5",
+        # A (down) keeps the wait going while the list grows; it comes up once B was added.
+        steps=[
+            (progress(A, "tcp refused"), grow),
+            (rf"1 more hosts? listed: {re.escape(B)} \(2 in all\)", c.servers[0].start),
+        ],
     )
     assert run.returncode == 0, run
-    assert re.search(rf"1 more hosts? listed: {re.escape(B)} \(2 in all\)", run.stderr), run
     assert "all 2 hosts ready" in run.stderr
     assert [logins(s) for s in c.servers] == [1, 1]

@@ -5,6 +5,9 @@ from __future__ import annotations
 import io
 import json
 import math
+import os
+import select
+import tty
 from pathlib import Path
 
 import pytest
@@ -95,7 +98,8 @@ def test_text_wait_started() -> None:
     assert lines(rep) == [
         "mpiwait: waiting for 3 hosts (/etc/mpi/hostfile (3 hosts)) to pass the ssh check; "
         "deadline 600s",
-        "mpiwait: not waiting for this machine: launcher, launcher.local",
+        "mpiwait: this machine: launcher, launcher.local (no login; only its name must "
+        "resolve, as the MPI will resolve it)",
         "mpiwait: note one",
         "mpiwait: note two",
     ]
@@ -367,8 +371,13 @@ def test_json_fields() -> None:
         "attempts": 3,
     }
     assert (ready["host"], ready["ready"], ready["total"], ready["elapsed"]) == ("w0", 1, 5, 2.5)
-    assert [h["host"] for h in waiting["hosts"]] == ["w1", "w2"]  # ready hosts left out
-    assert waiting["elapsed"] == 10
+    # Counts per group and a sample, ready hosts left out; the full list is in "result".
+    assert (waiting["ready"], waiting["total"], waiting["elapsed"]) == (1, 3, 10)
+    assert [(g["stage"], g["reason"], g["count"]) for g in waiting["groups"]] == [
+        ("tcp", "refused", 1),
+        ("dns", "unresolved", 1),
+    ]
+    assert [[h["host"] for h in g["sample"]] for g in waiting["groups"]] == [["w1"], ["w2"]]
     assert (result["end"], result["elapsed"], result["failed"], result["hint"]) == (
         "timeout",
         600.0,
@@ -500,11 +509,14 @@ def test_deadline_summary_for_300_hosts_fits_a_screen() -> None:
     assert len(text) == 4
     dns, tcp, ssh = text[1:]
     # largest group first, each names its first few and counts the rest
-    assert dns.startswith("  dns unresolved (120): dns-0 (no such name), dns-1 (no such name)")
-    assert dns.endswith(f"dns-{NAMES_PER_GROUP - 1} (no such name) and 115 more")
-    assert tcp.startswith("  tcp refused (80): tcp-0 (port 22: refused)")
+    # a detail every host of a group shares is said once
+    assert (
+        dns
+        == "  dns unresolved (120; no such name): dns-0, dns-1, dns-2, dns-3, dns-4 and 115 more"
+    )
+    assert tcp.startswith("  tcp refused (80; port 22: refused): tcp-0, tcp-1")
     assert tcp.endswith("and 75 more")
-    assert ssh.startswith("  ssh no-banner (50): ssh-0")
+    assert ssh.startswith("  ssh no-banner (50; no SSH banner): ssh-0")
     assert ssh.endswith("and 45 more")
     for line in text:
         assert len(line) < 300
@@ -530,6 +542,17 @@ def test_termination_log_not_created(tmp_path: Path) -> None:
     assert not (tmp_path / "no-dir").exists()
 
 
+def test_termination_log_named_by_the_user_is_created(tmp_path: Path) -> None:
+    log = tmp_path / "termination-log"
+    write_termination_log(log, ["timed out"], create=True)
+    assert log.read_text() == "timed out\n"
+    write_termination_log(tmp_path / "no-dir" / "log", ["timed out"], create=True)  # no error
+    link = tmp_path / "link"
+    link.symlink_to(tmp_path / "elsewhere")
+    write_termination_log(link, ["timed out"], create=True)
+    assert not (tmp_path / "elsewhere").exists()
+
+
 def test_termination_log_dangling_symlink_not_followed_into_a_new_file(tmp_path: Path) -> None:
     link = tmp_path / "termination-log"
     link.symlink_to(tmp_path / "target")
@@ -543,8 +566,24 @@ def test_termination_log_none_and_directory_are_ignored(tmp_path: Path) -> None:
     assert list(tmp_path.iterdir()) == []
 
 
-def test_termination_log_char_device(tmp_path: Path) -> None:
-    write_termination_log(Path("/dev/null"), ["x"])  # written, no error
+def test_termination_log_char_device_is_written() -> None:
+    # A character device (what /dev/termination-log may be) is written like a file. A pty's
+    # other end shows what arrived; the function swallows OSError, so only that proves it.
+    master, slave = os.openpty()
+    try:
+        tty.setraw(slave)  # no "\n" -> "\r\n" on the way
+        device = Path(os.ttyname(slave))
+        assert device.is_char_device()
+        write_termination_log(device, ["timed out", "  tcp refused (1): w1"])
+        got = b""
+        while select.select([master], [], [], 5)[0]:
+            got += os.read(master, 4096)
+            if got.endswith(b"w1\n"):
+                break
+        assert got == b"timed out\n  tcp refused (1): w1\n"
+    finally:
+        os.close(slave)
+        os.close(master)
 
 
 def test_termination_log_truncated_to_4096_bytes(tmp_path: Path) -> None:
@@ -571,3 +610,66 @@ def test_termination_log_short_message_untouched(tmp_path: Path) -> None:
     log.touch()
     write_termination_log(log, ["ünï", "second"])
     assert log.read_text(encoding="utf-8") == "ünï\nsecond\n"
+
+
+# --- lines stay readable at any scale --------------------------------------------------------
+
+
+def _many(n: int, *, long_names: bool = False) -> tuple[HostState, ...]:
+    name = (
+        "pi-worker-{}.a-rather-long-job-name.some-namespace.svc.cluster.local"
+        if long_names
+        else "w{}"
+    )
+    return (
+        *(state(name.format(i), Stage.DNS, "unresolved",
+                f"{name.format(i)}: Name or service not known") for i in range(n // 2)),
+        *(state(name.format(i), Stage.TCP, "refused", f"10.0.{i // 250}.{i % 250} port 22: refused")
+          for i in range(n // 2, n - 3)),
+        state("odd", Stage.SSH, "handshake", "SSH handshake failed: " + "x" * 300),
+        state("odd2", Stage.SSH, "no-banner", "no SSH banner within 5s"),
+        HostState("p", Stage.PENDING),
+    )  # fmt: skip
+
+
+def test_dns_detail_does_not_repeat_the_host_name() -> None:
+    one = WaitResult(
+        End.TIMEOUT, (state("w7", Stage.DNS, "unresolved", "w7: Name or service not known"),), 5.0
+    )
+    assert summary_lines(one)[1] == "  dns unresolved (1): w7 (Name or service not known)"
+    # An address that differs from the name (ssh config's HostName) is worth keeping.
+    other = WaitResult(
+        End.TIMEOUT,
+        (state("w7", Stage.DNS, "unresolved", "node7.internal: Name or service not known"),),
+        5.0,
+    )
+    assert (
+        summary_lines(other)[1]
+        == "  dns unresolved (1): w7 (node7.internal: Name or service not known)"
+    )
+
+
+@pytest.mark.parametrize("n", [10, 1000, 10000])
+@pytest.mark.parametrize("long_names", [False, True])
+def test_summary_lines_fit_160_characters(n: int, long_names: bool) -> None:
+    hosts = _many(n, long_names=long_names)
+    text = summary_lines(WaitResult(End.TIMEOUT, hosts, 600.0))
+    for line in text:
+        assert len(line) <= 160, line
+    dns = next(line for line in text if line.startswith("  dns unresolved"))
+    assert dns.startswith(f"  dns unresolved ({n // 2}; Name or service not known): ")
+    # As many names as fit, and the rest counted: nobody is left out silently.
+    shown = dns.split("): ", 1)[1].split(" and ")[0].split(", ")
+    rest = n // 2 - len(shown)
+    assert shown and (dns.endswith(f" and {rest} more") if rest else " more" not in dns)
+
+
+def test_json_waiting_record_is_bounded_at_1000_hosts() -> None:
+    small, large = reporter(LogFormat.JSON), reporter(LogFormat.JSON)
+    small(StillWaiting(_many(10), 10.0))
+    large(StillWaiting(_many(1000), 10.0))
+    (few,), (many,) = records(small), records(large)
+    assert sum(g["count"] for g in many["groups"]) == many["total"] == 1000
+    assert all(len(g["sample"]) <= NAMES_PER_GROUP for g in many["groups"])
+    # The same groups (same size record, up to the digits of names and counts) at 100x hosts.
+    assert len(json.dumps(many)) < 2 * len(json.dumps(few))

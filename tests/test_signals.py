@@ -2,9 +2,10 @@
 
 Each test first makes sure mpiwait really is where the test says (the probe's packets are seen
 by the worker's iptables counters, or its TCP connection is established), then signals it and
-checks: gone within 1 s (asserted as SIGNAL_BOUND = 1.5 s: the machine has 2 cores and other
-test sessions load it), exit 128+signal, one summary, no traceback, nothing left behind in its
-process group or as its child.
+checks: gone promptly (the promise is 1 s; asserted as SIGNAL_BOUND, generous because the
+machine has 2 cores that other test sessions load, and enough to tell "ended on the signal"
+from "ended when the blocked call returned", which takes 30 s here), exit 128+signal, one
+summary, no traceback, nothing left behind in its process group or as its child.
 
 Name resolution hangs for real: the launcher context's nsswitch says ``hosts: files dns`` and
 its resolv.conf names an address inside a worker namespace of ours where port 53 is dropped.
@@ -23,7 +24,7 @@ from conftest import requires_root_netns
 
 pytestmark = [pytest.mark.root, requires_root_netns]
 
-SIGNAL_BOUND = 1.5  # the 1 s, with slack for a loaded 2-core machine
+SIGNAL_BOUND = 5.0  # the promised 1 s, with slack; every blocked call here lasts 30 s
 SIGNALS = [(signal.SIGTERM, 143), (signal.SIGINT, 130)]
 
 
@@ -110,15 +111,15 @@ def test_signal_ends_the_wait_within_a_second(bed, tmp_path, phase, signum, stat
     args, kw, blocked = PHASES[phase](b, tmp_path)
     run = mh.start(b, [*args, "--timeout", "60"], **kw)
     run.wait_exec()
-    if phase == "own-name-resolution":
-        time.sleep(0.3)  # python is up and its handlers are set well before the lookup
-    else:
+    if phase != "own-name-resolution":  # (cli.py sets the handlers before that lookup)
         first = run.proc.stderr.readline()
         assert "waiting for 1 host" in first, first  # the handlers are in place by now
     mh.wait_until(blocked, 15, f"mpiwait to block in {phase}")
     if phase == "backoff":
-        time.sleep(0.3)
-        assert mh.rule_packets(b.hosts[0].ns)[0] == 1  # one attempt, then sleeping
+        # The attempt was refused and reported: mpiwait now sleeps its backoff (a refused
+        # attempt takes milliseconds, the sleep up to 30 s; the first backoff is random, so a
+        # second quick attempt may have happened too, and changes nothing).
+        run.wait_for(r"^mpiwait: \[\+[\d.]+s\] w1: tcp refused", timeout=15)
     else:
         assert mh.thread_count(run.pid) >= 2  # a thread is stuck in the call
     sent = time.monotonic()

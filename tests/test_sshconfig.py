@@ -79,9 +79,10 @@ def local(home: Path) -> LocalUser:
 
 
 @pytest.fixture
-def environ() -> dict[str, str]:
-    # A HOME that differs from the passwd home: ssh (and so the resolver) must ignore it.
-    return {"HOME": "/nonexistent-home", "SHELL": "/bin/sh", "PATH": os.defpath}
+def environ(home: Path) -> dict[str, str]:
+    # HOME as in a login: ssh's Include (glob's GLOB_TILDE) follows it, everything else follows
+    # the passwd entry (test_home_env_only_moves_include shows the split).
+    return {"HOME": str(home), "SHELL": "/bin/sh", "PATH": os.defpath}
 
 
 @pytest.fixture
@@ -277,9 +278,19 @@ def test_identity_file_unset_environment_variable(make) -> None:
         ("HostName %p.svc", "unknown token %p"),
     ],
 )
-def test_bad_path_values_are_errors_at_load(make, etc: Path, line: str, problem: str) -> None:
-    with pytest.raises(InputError, match=problem) as e:
-        make(system_cfg=f"Host unrelated\n  {line}\n")
+def test_bad_path_values_are_errors_for_the_hosts_they_apply_to(
+    make, etc: Path, line: str, problem: str
+) -> None:
+    # ssh expands IdentityFile and HostName only for the host it connects to: a bad value in
+    # a block for another host does not stop it (ssh 9.2 accepts the file), so neither may we.
+    if line.endswith("/a /b"):  # a syntax error, refused whichever host it is for
+        with pytest.raises(InputError, match=problem) as e:
+            make(system_cfg=f"Host unrelated\n  {line}\n")
+    else:
+        r = make(system_cfg=f"Host unrelated\n  {line}\n")
+        assert r.resolve("w").host == "w"
+        with pytest.raises(InputError, match=problem) as e:
+            r.resolve("unrelated")
     assert f"{etc / 'ssh_config'} line 2" in e.value.message
 
 
@@ -396,9 +407,12 @@ def test_port_service_name(make) -> None:
 @pytest.mark.parametrize(
     ("text", "problem"),
     [
-        ("Port\n", "cannot parse"),
+        ("Port\n", "needs a value"),
         ('User "unterminated\n', "unbalanced quotes"),
-        ("Match nonsense x\n", "unsupported Match attribute"),
+        ("Match nonsense x\n", "Unsupported Match attribute"),
+        # 9.2 has no localnetwork (9.4) or tagged (9.8): it refuses them.
+        ("Match localnetwork 0.0.0.0/0\n", "Unsupported Match attribute"),
+        ("Bogus yes\n", "Bad configuration option: Bogus"),
         ("Match host\n", "needs an argument"),
         ("Match all host x\n", "all"),
         ("Match exec 'echo %z'\n", "unknown token %z"),
@@ -464,8 +478,19 @@ def test_include_with_tilde_in_user_config(make, home: Path) -> None:
     assert make(user_cfg="Include ~/cfg/a.conf\n").resolve("w").user == "fromtilde"
 
 
+def test_home_env_only_moves_include(make, home: Path, tmp_path: Path) -> None:
+    # ssh 9.2: "Include x" in a user config is glob("~/.ssh/x", GLOB_TILDE), and glibc takes
+    # ~ from $HOME; IdentityFile and the default files take it from passwd.
+    other = tmp_path / "other-home"
+    write(other / ".ssh" / "x.conf", "Port 4444\n")
+    write(home / ".ssh" / "x.conf", "Port 1111\n")
+    r = make(user_cfg="Include x.conf\nIdentityFile ~/k\n", environ={"HOME": str(other)})
+    t = r.resolve("w")
+    assert (t.port, t.identity_files) == (4444, (f"{home}/k",))
+
+
 def test_include_with_tilde_in_system_config_is_refused(make) -> None:
-    with pytest.raises(InputError, match="'~' only in user config"):
+    with pytest.raises(InputError, match="bad include path"):
         make(system_cfg="Include ~/x.conf\n")
 
 
@@ -510,10 +535,44 @@ def test_writable_user_config_is_refused(make, home: Path) -> None:
         make()
 
 
-def test_writable_included_file_is_refused(make, etc: Path) -> None:
-    write(etc / "inc.conf", "Port 1\n", mode=0o664)
+def test_world_writable_included_file_is_refused(make, etc: Path) -> None:
+    write(etc / "inc.conf", "Port 1\n", mode=0o666)
     with pytest.raises(InputError, match="bad owner or permissions"):
         make(system_cfg=f"Include {etc}/inc.conf\n")
+
+
+def _sole_member_group() -> int | None:
+    """The gid of a group whose only member is the current user (root's group, usually)."""
+    me = pwd.getpwuid(os.getuid())
+    import grp
+
+    try:
+        group = grp.getgrgid(me.pw_gid)
+    except KeyError:
+        return None
+    others = [p for p in pwd.getpwall() if p.pw_gid == group.gr_gid and p.pw_name != me.pw_name]
+    if others or group.gr_name != me.pw_name or group.gr_mem not in ([], [me.pw_name]):
+        return None
+    return group.gr_gid
+
+
+def test_group_writable_is_accepted_when_the_group_is_the_owner_alone(make, home: Path) -> None:
+    # Debian's and Ubuntu's ssh (whose mpirun we serve) accept 0664 from a per-user group, as
+    # umask 002 makes; plain OpenSSH would not. (This test used to expect a refusal: wrong for
+    # the ssh installed here, shown by test_sshconfig_differential.py.)
+    if _sole_member_group() is None:
+        pytest.skip("the user's primary group has other members here")
+    write(home / ".ssh" / "config", "Port 1\n", mode=0o664)
+    assert make().resolve("w").port == 1
+
+
+def test_group_writable_is_refused_when_the_group_has_others(make, home: Path) -> None:
+    if os.getuid() != 0:
+        pytest.skip("needs root to give the file another group")
+    cfg = write(home / ".ssh" / "config", "Port 1\n", mode=0o664)
+    os.chown(cfg, 0, 65534)  # nogroup: nobody is its member, and not under that name
+    with pytest.raises(InputError, match="bad owner or permissions"):
+        make()
 
 
 def test_writable_dash_f_file_is_accepted(make, tmp_path: Path) -> None:
@@ -590,13 +649,11 @@ def test_match_exec(make) -> None:
     assert r.resolve("w2").port == 22
 
 
-def test_match_exec_without_a_shell_does_not_match(make) -> None:
+def test_match_exec_without_a_shell_is_an_error(make) -> None:
+    # ssh exits ('Shell "..." is not executable'), so mpirun could not start either.
     r = make(system_cfg="Match exec true\n  Port 1\n", environ={"SHELL": "/nonexistent/sh"})
-    assert r.resolve("w").port == 22
-
-
-def test_match_localnetwork_is_not_matched(make) -> None:
-    assert make(system_cfg="Match localnetwork 0.0.0.0/0\n  Port 1\n").resolve("w").port == 22
+    with pytest.raises(InputError, match="not executable"):
+        r.resolve("w")
 
 
 def test_canonicalize_without_domains_does_not_crash(make) -> None:
@@ -764,3 +821,76 @@ def test_same_answers_as_ssh_dash_g(tmp_path: Path) -> None:
                 assert set(got.identity_files) <= set(ids), case
             else:
                 assert list(got.identity_files) == ids, case
+
+
+# --- what mpiwait cannot follow: refused by name, never ignored --------------------------------
+
+
+@pytest.mark.parametrize(
+    ("line", "keyword"),
+    [
+        ("ProxyJump bastion", "proxyjump"),
+        ("ProxyCommand ssh -W %h:%p bastion", "proxycommand"),
+        ("CertificateFile ~/.ssh/id_ed25519-cert.pub", "CertificateFile"),
+        ("PKCS11Provider /usr/lib/opensc-pkcs11.so", "pkcs11provider"),
+    ],
+)
+def test_unfollowed_settings_are_refused_for_the_hosts_they_apply_to(
+    make, etc: Path, line: str, keyword: str
+) -> None:
+    r = make(system_cfg=f"Host bastion-*\n  {line}\nHost w*\n  {line}\n")
+    assert r.resolve("x").port == 22  # other hosts are not affected
+    with pytest.raises(InputError) as e:
+        r.resolve("w1")
+    assert e.value.message.startswith(f"ssh config {etc / 'ssh_config'} line 4: {keyword}")
+    assert "w1" in e.value.message
+
+
+def test_proxy_none_is_no_proxy(make) -> None:
+    r = make(system_cfg="ProxyJump none\nProxyCommand none\n")
+    assert r.resolve("w").port == 22
+
+
+def test_agent_is_named_not_ignored(make) -> None:
+    assert make().agent_note() is None
+    note = make(environ={"HOME": "/h", "SSH_AUTH_SOCK": "/tmp/agent.sock"}).agent_note()
+    assert note is not None and "key files only" in note
+
+
+def _mpiwait(*argv: str) -> subprocess.CompletedProcess[str]:
+    repo = Path(__file__).resolve().parent.parent
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MPIWAIT_", "K_MPI"))}
+    env["PYTHONPATH"] = str(repo)
+    return subprocess.run(
+        [sys.executable, "-m", "mpiwait", *argv],
+        env=env,
+        cwd=repo,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "line"),
+    [
+        ("Host *\n  Bogus yes\n", 2),  # ssh: Bad configuration option, exit 255 on every call
+        ("Host w2\n  ProxyJump bastion\n", 2),  # ssh would follow it; mpiwait cannot
+        ("Match exec 'true %z'\n", 1),
+    ],
+)
+def test_refused_config_exits_2_before_waiting(tmp_path: Path, text: str, line: int) -> None:
+    cfg = write(tmp_path / "ssh_config", text)
+    # --timeout 600 and an unreachable check: only a refusal before waiting returns at once.
+    proc = _mpiwait("-F", str(cfg), "--hosts", "w1,w2", "--check", "dns", "--timeout", "600")
+    assert proc.returncode == 2, proc.stderr
+    first = proc.stderr.splitlines()[0]
+    assert first.startswith(f"mpiwait: error: ssh config {cfg} line {line}: "), first
+    assert "Traceback" not in proc.stderr
+
+
+def test_known_hosts_address_follows_host_key_alias(make) -> None:
+    r = make(system_cfg="Port 2222\nHost a\n  HostKeyAlias Alias.MPI\n")
+    assert r.resolve("a").known_hosts_address == ("alias.mpi", 22)
+    assert r.resolve("B").known_hosts_address == ("b", 2222)

@@ -38,9 +38,7 @@ def leftovers(bed_id: str) -> list[str]:
 
 
 def test_three_hosts_login_with_their_own_hostname(bed):
-    t0 = time.monotonic()
-    b = bed(3)
-    assert time.monotonic() - t0 < 5
+    b = bed(3)  # (how fast a bed comes up is not this test's business)
     assert [h.name for h in b.hosts] == ["w1", "w2", "w3"]
     assert len({h.addr for h in b.hosts}) == 3
     assert b.launcher_addr.endswith(".1") and b.subnet.startswith("10.123.")
@@ -74,17 +72,20 @@ def test_launcher_context_resolves_from_files_only(bed):
 
 
 def test_delayed_sshd_start(bed):
+    delay = 3.0
     b = bed(2, start=False)
     r = ssh(b, "w1", "true", opts=SSH_FAST_FAIL)
     assert r.returncode == 255 and "Connection refused" in r.stderr
     t0 = time.monotonic()
-    b.start_sshd(0, delay=1.0)
-    assert time.monotonic() - t0 < 0.5  # returns at once
+    b.start_sshd(0, delay=delay)
+    # Returns without waiting for the delay (a bound for "did not wait", not a speed measure;
+    # the delay is long enough that the checks below run before it is over, even under load).
+    assert time.monotonic() - t0 < delay / 2
     assert b.sshd_running(0) and not b.listening(0)
     r = ssh(b, "w1", "true", opts=SSH_FAST_FAIL)
     assert r.returncode == 255 and "Connection refused" in r.stderr
-    b.wait_listening([0], timeout=5)
-    assert time.monotonic() - t0 >= 0.9
+    b.wait_listening([0], timeout=delay + 10)
+    assert time.monotonic() - t0 >= delay - 0.1
     assert ssh(b, "w1", "hostname").stdout.strip() == "w1"
     b.start_sshd(1)  # immediate start waits until it listens
     assert ssh(b, "w2", "hostname").stdout.strip() == "w2"
@@ -108,7 +109,7 @@ def test_blackhole_times_out_then_unblackhole_works(bed):
     r = ssh(b, "w1", "true", opts=SSH_FAST_FAIL)
     took = time.monotonic() - t0
     assert r.returncode == 255 and "timed out" in r.stderr, r.stderr
-    assert 1.8 < took < 5
+    assert 1.8 < took < 15  # ssh's ConnectTimeout=2 did the ending; the rest is load slack
     assert ssh(b, "w2", "hostname").stdout.strip() == "w2"  # others unaffected
     b.unblackhole(0)
     assert ssh(b, "w1", "hostname").stdout.strip() == "w1"
@@ -233,8 +234,22 @@ def test_two_beds_coexist(bed):
     assert ssh(b2, "w1", "hostname").stdout.strip() == "w1"
 
 
+def wait_until(predicate, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"not within {timeout} s: {what}"
+        time.sleep(0.02)
+
+
 def test_down_leaves_nothing(tmp_path):
     b = testbed.TestBed(2, workdir=tmp_path / "bed")
+    try:
+        _down_leaves_nothing(b, tmp_path)
+    finally:
+        b.down()  # also when an assertion above failed: this test must not leak what it tests
+
+
+def _down_leaves_nothing(b: testbed.TestBed, tmp_path: Path) -> None:
     b.up()
     bed_id = b.bed_id
     b.stop_sshd(1)
@@ -242,14 +257,16 @@ def test_down_leaves_nothing(tmp_path):
     session = b.popen(["ssh", "-F", str(b.ssh_config), "w1", "sleep 300"])
     stray = b.popen(["sh", "-c", "sleep 300 & sleep 300"])  # a launcher and a child of it
     b.wait_listening([0])
-    time.sleep(0.5)  # let the ssh session start on w1
-    assert b.ns_run(0, ["pgrep", "-f", "sleep 300"]).returncode == 0
+    wait_until(  # the ssh session has started on w1
+        lambda: b.ns_run(0, ["pgrep", "-f", "sleep 300"]).returncode == 0, 30, "session on w1"
+    )
     etc_mpi_existed = Path("/etc/mpi").exists()
     b.run(["true"], etc_mpi=tmp_path)
     assert leftovers(bed_id)
     t0 = time.monotonic()
     b.down()
-    assert time.monotonic() - t0 < 5
+    # A hang guard, not a speed measure: down() gives each process group 1 s before SIGKILL.
+    assert time.monotonic() - t0 < 30
     assert leftovers(bed_id) == []
     assert session.poll() is not None and stray.poll() is not None
     assert not (testbed.STATE_ROOT / "beds" / f"{bed_id}.json").exists()

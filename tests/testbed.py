@@ -68,6 +68,7 @@ FIRST_HOST = 11  # w1 is .11, w2 .12, ...
 MAX_HOSTS = 254 - FIRST_HOST + 1
 SSHD = "/usr/sbin/sshd"
 _SILENT_MARK = "# mpiwait-testbed silent listener"
+_SYN_MARK = "mpiwait-testbed-syns"
 
 _IFNAMSIZ = 15
 _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
@@ -537,6 +538,7 @@ class TestBed:
         self.bed_id = ""
         self.hosts: list[WorkerHost] = []
         self._published: list[bool] = [False] * n
+        self._extra_names: list[tuple[str, str]] = []  # (address, names) in the launcher view
         self._sshd: dict[int, subprocess.Popen[Any]] = {}
         self._listeners: dict[int, subprocess.Popen[Any]] = {}
         self._launched: list[subprocess.Popen[Any]] = []
@@ -1150,6 +1152,20 @@ class TestBed:
     def unblackhole(self, i: int) -> None:
         self._iptables(i, "-D")
 
+    def syns(self, i: int) -> int:
+        """Connection attempts (TCP SYNs) to worker i's SSH port since the first call, which
+        installs a rule that only counts (first in INPUT, so blackhole() does not hide any)."""
+        h = self.hosts[i]
+        base = ["ip", "netns", "exec", h.ns, "iptables", "-w"]
+        rule = ["-p", "tcp", "--dport", str(h.port), "--syn", "-m", "comment", "--comment"]
+        rule.append(_SYN_MARK)
+        if _sh([*base, "-C", "INPUT", *rule], check=False).returncode != 0:
+            _sh([*base, "-I", "INPUT", "1", *rule])
+        for line in _sh([*base, "-L", "INPUT", "-vnx"]).stdout.splitlines():
+            if f"/* {_SYN_MARK} */" in line:
+                return int(line.split()[0])
+        raise BedError(f"{h.name}: the SYN counting rule is missing")
+
     def link_down(self, i: int) -> None:
         """Take worker i's link down (root end of the veth): the host is unreachable."""
         _sh(["ip", "link", "set", self.hosts[i].veth, "down"])
@@ -1201,6 +1217,12 @@ class TestBed:
     def published(self, i: int) -> bool:
         return self._published[i]
 
+    def publish_name(self, name: str, addr: str | None = None) -> None:
+        """Make ``name`` resolve in the launcher view too, to ``addr`` (default: the launcher's
+        own address), e.g. the launcher pod's record under publishNotReadyAddresses."""
+        self._extra_names.append((addr or self.launcher_addr, name))
+        self._write_hosts_file()
+
     def _write_hosts_file(self) -> None:
         """Rewrite the launcher hosts file in place: running launchers have its inode bind-mounted.
 
@@ -1209,7 +1231,8 @@ class TestBed:
         """
         write_hosts_file(
             self.hosts_file,
-            [(h.addr, self._aliases(h)) for h in self.hosts if self._published[h.i]],
+            [(h.addr, self._aliases(h)) for h in self.hosts if self._published[h.i]]
+            + list(getattr(self, "_extra_names", [])),
             header=f"mpiwait test bed {self.bed_id}: launcher view (publish/unpublish edit it)",
         )
         if self.bed_id and (_beds_dir() / f"{self.bed_id}.json").exists():

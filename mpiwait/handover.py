@@ -1,0 +1,296 @@
+"""What the wait learned, handed to the MPI launch: which MPI COMMAND starts, and the
+environment changes that make its launch work where the operators' settings alone do not.
+
+Pure decisions on argv, the environment and a few file names: nothing here starts a process
+or touches the network (recognising the launch is a handful of stat calls, well under a
+millisecond), so it runs on every start without adding to it. The facts behind each change
+are in the README, "What mpiwait hands the launch":
+
+- hydra (Intel MPI, MPICH) proxies call back to the launcher by its host name, which workers
+  cannot resolve until the launcher pod is Ready; an interface (``I_MPI_HYDRA_IFACE`` /
+  ``HYDRA_IFACE``) makes them call back to that interface's address instead;
+- Open MPI 5 (PRRTE) ignores the ORTE-era ``OMPI_MCA_*`` variables mpi-operator and Trainer
+  set, and runs every rank on the launcher; their PRRTE names work;
+- MPICH reads ``HYDRA_LAUNCHER_EXTRA_ARGS``, the operator sets ``HYDRA_LAUNCH_EXTRA_ARGS``.
+
+What the user set always wins: a variable already set is never changed.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import re
+import shutil
+from collections.abc import Iterable, Mapping, Sequence
+from typing import NamedTuple
+
+
+class Mpi(str, enum.Enum):
+    OPENMPI4 = "Open MPI 4"
+    OPENMPI5 = "Open MPI 5"
+    OPENMPI = "Open MPI"  # version not told apart: handled as 5 (the PRRTE names are harmless to 4)
+    INTEL = "Intel MPI"
+    MPICH = "MPICH"
+
+    @property
+    def hydra(self) -> bool:
+        return self in (Mpi.INTEL, Mpi.MPICH)
+
+    @property
+    def prrte(self) -> bool:
+        return self in (Mpi.OPENMPI5, Mpi.OPENMPI)
+
+
+# The launcher names of the MPIs the operators run (horovodrun and deepspeed start one of these
+# themselves, with arguments of their own: they are left as they are).
+LAUNCHER_NAMES = frozenset(
+    {"mpirun", "mpiexec", "mpiexec.hydra", "mpiexec.mpich", "mpiexec.openmpi", "orterun", "prterun"}
+)
+
+# Files an installation keeps next to its launcher, one set per MPI.
+_PRRTE_FILES = ("prterun", "prte", "prted")  # Open MPI 5 runs its jobs through PRRTE
+_ORTE_FILES = ("orted", "orterun")  # Open MPI 4 and older
+_INTEL_FILES = ("impi_info", "hydra_bstrap_proxy")  # Intel's hydra; MPICH's has neither
+_HYDRA_FILES = ("hydra_pmi_proxy", "mpiexec.hydra")
+
+
+# The value types below are NamedTuples, immutable as frozen dataclasses are: creating four
+# dataclasses cost ~3 ms of every launcher start here, a NamedTuple ~0.15 ms (benchmarks/,
+# scenario 3: recognising the launch must add under 5 ms).
+
+
+class Launch(NamedTuple):
+    """The MPI that COMMAND starts, and why mpiwait thinks so."""
+
+    mpi: Mpi
+    launcher: str  # argv[0] as given
+    path: str  # where it was found
+    evidence: str  # for the start line, e.g. "prterun next to it"
+
+    def describe(self) -> str:
+        return f"{self.mpi.value} ({self.launcher}: {self.evidence})"
+
+
+def recognise(
+    argv: Sequence[str], environ: Mapping[str, str], path: str | None = None
+) -> Launch | None:
+    """The MPI ``argv`` launches, from its name, where it is installed and what lies beside it;
+    None for a command that is no MPI launcher, or one whose MPI cannot be told."""
+    if not argv:
+        return None
+    name = os.path.basename(argv[0])
+    if name not in LAUNCHER_NAMES:
+        return None
+    search = path if path is not None else environ.get("PATH", os.defpath)
+    found = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=search)
+    if not found:
+        return None
+    real = os.path.realpath(found)
+    real_name = os.path.basename(real)
+    dirs = list(dict.fromkeys([os.path.dirname(os.path.abspath(found)), os.path.dirname(real)]))
+
+    def launch(mpi: Mpi, evidence: str) -> Launch:
+        return Launch(mpi, argv[0], found, evidence)
+
+    def beside(files: Iterable[str]) -> str | None:
+        for directory in dirs:
+            for file in files:
+                if os.path.exists(os.path.join(directory, file)):
+                    return file
+        return None
+
+    # The name itself, or what a symlink chain (Debian's alternatives) ends in.
+    for label in dict.fromkeys([name, real_name]):
+        if label == "prterun":
+            return launch(Mpi.OPENMPI5, "PRRTE's launcher")
+        if label == "orterun":
+            how = "ORTE's launcher" if label == name else f"a link to {real}"
+            return launch(Mpi.OPENMPI4, how)
+    # Intel MPI ships hydra too (mpiexec.hydra, hydra_pmi_proxy): tell it first.
+    intel = beside(_INTEL_FILES)
+    if intel is not None:
+        return launch(Mpi.INTEL, f"{intel} next to it")
+    root = environ.get("I_MPI_ROOT", "")
+    if root and real.startswith(os.path.join(os.path.realpath(root), "")):
+        return launch(Mpi.INTEL, "installed under I_MPI_ROOT")
+    if {name, real_name} & {"mpiexec.hydra", "mpiexec.mpich"}:
+        return launch(Mpi.MPICH, "hydra's launcher")
+    if name == "mpiexec.openmpi" or real_name.endswith(".openmpi"):
+        return launch(*_openmpi_version(dirs, search, f"{real_name}"))
+    prrte, orte, hydra = beside(_PRRTE_FILES), beside(_ORTE_FILES), beside(_HYDRA_FILES)
+    if sum(x is not None for x in (prrte, orte, hydra)) > 1:
+        return None  # one directory holds several MPIs and the name does not tell which
+    if prrte is not None:
+        return launch(Mpi.OPENMPI5, f"{prrte} next to it")
+    if orte is not None:
+        return launch(Mpi.OPENMPI4, f"{orte} next to it")
+    if hydra is not None:
+        return launch(Mpi.MPICH, f"{hydra} next to it")
+    if beside(("ompi_info",)) is not None:
+        return launch(*_openmpi_version(dirs, search, "ompi_info next to it"))
+    return None
+
+
+def _openmpi_version(dirs: list[str], search: str, evidence: str) -> tuple[Mpi, str]:
+    """Open MPI 4 or 5, from PRRTE's or ORTE's programs beside it or else on PATH."""
+    for directory in [*dirs, *search.split(os.pathsep)]:
+        if any(os.path.exists(os.path.join(directory, f)) for f in _PRRTE_FILES):
+            return Mpi.OPENMPI5, f"{evidence}, PRRTE in {directory}"
+        if any(os.path.exists(os.path.join(directory, f)) for f in _ORTE_FILES):
+            return Mpi.OPENMPI4, f"{evidence}, ORTE in {directory}"
+    return Mpi.OPENMPI, evidence
+
+
+class Change(NamedTuple):
+    """One variable mpiwait sets in COMMAND's environment, and why (for the log line)."""
+
+    name: str
+    value: str
+    why: str
+
+    def line(self) -> str:
+        return f"launch: {self.name}={self.value} ({self.why})"
+
+
+class Handover(NamedTuple):
+    changes: tuple[Change, ...] = ()
+    notes: tuple[str, ...] = ()  # what mpiwait could not do, or chose not to, and why
+
+    def environ(self, environ: Mapping[str, str]) -> dict[str, str]:
+        env = dict(environ)
+        env.update((c.name, c.value) for c in self.changes)
+        return env
+
+    def lines(self) -> list[str]:
+        return [c.line() for c in self.changes] + [f"launch: {n}" for n in self.notes]
+
+
+class Interface(NamedTuple):
+    """The interface the probes reached the workers through, or why it is not known."""
+
+    name: str | None
+    why: str  # "the interface the workers answered on", or why there is none
+
+
+# Open MPI 5 reads these under PRRTE's names only (PRRTE's own table: orte_X -> prte_X,
+# plm_rsh_X -> plm_ssh_X); mpi-operator and Trainer set the ORTE ones.
+PRRTE_NAMES = {
+    "OMPI_MCA_orte_default_hostfile": "PRTE_MCA_prte_default_hostfile",
+    "OMPI_MCA_plm_rsh_args": "PRTE_MCA_plm_ssh_args",
+    "OMPI_MCA_plm_rsh_agent": "PRTE_MCA_plm_ssh_agent",
+    "OMPI_MCA_orte_set_default_slots": "PRTE_MCA_prte_set_default_slots",
+    "OMPI_MCA_orte_keep_fqdn_hostnames": "PRTE_MCA_prte_keep_fqdn_hostnames",
+}
+_KEEP_FQDN = "OMPI_MCA_orte_keep_fqdn_hostnames"
+IFACE_VARIABLES = ("I_MPI_HYDRA_IFACE", "HYDRA_IFACE")
+_IFACE_FLAGS = ("-iface", "--iface")
+
+
+def iface_variable(mpi: Mpi) -> str:
+    return "I_MPI_HYDRA_IFACE" if mpi is Mpi.INTEL else "HYDRA_IFACE"
+
+
+def _iface_chosen(argv: Sequence[str], environ: Mapping[str, str]) -> str | None:
+    """Where the user already chose hydra's interface, if they did."""
+    for name in IFACE_VARIABLES:
+        if environ.get(name, "").strip():
+            return name
+    for arg in argv[1:]:
+        if arg in _IFACE_FLAGS or arg.startswith(tuple(f + "=" for f in _IFACE_FLAGS)):
+            return arg.partition("=")[0]
+    return None
+
+
+def plan(
+    launch: Launch,
+    argv: Sequence[str],
+    environ: Mapping[str, str],
+    *,
+    interface: Interface | None,
+    self_entries: Sequence[str] = (),
+    hostname: str = "",
+) -> Handover:
+    """The changes for ``launch``. ``interface`` None: not known yet (--dry-run, before the
+    wait); ``self_entries``: the names in the host sources that mean this machine."""
+    changes: list[Change] = []
+    notes: list[str] = []
+    mpi = launch.mpi
+    if mpi.hydra:
+        variable = iface_variable(mpi)
+        chosen = _iface_chosen(argv, environ)
+        if chosen is not None:
+            pass  # the user's choice stands, and there is nothing to say about it
+        elif interface is None:
+            changes.append(
+                Change(variable, "<interface>", "the interface the workers answer on, once known")
+            )
+        elif interface.name is None:
+            notes.append(
+                f"{variable} not set: {interface.why}; the workers call back to this machine by "
+                "its name, which they may not resolve yet"
+            )
+        else:
+            changes.append(Change(variable, interface.name, interface.why))
+    misnamed = environ.get("HYDRA_LAUNCH_EXTRA_ARGS")
+    if mpi is Mpi.MPICH and misnamed is not None and "HYDRA_LAUNCHER_EXTRA_ARGS" not in environ:
+        changes.append(
+            Change(
+                "HYDRA_LAUNCHER_EXTRA_ARGS",
+                misnamed,
+                "from HYDRA_LAUNCH_EXTRA_ARGS, a name hydra does not read",
+            )
+        )
+    if mpi.prrte:
+        not_self = [e for e in self_entries if e.lower().rstrip(".") != hostname.lower()]
+        for old, new in PRRTE_NAMES.items():
+            if environ.get(old) is None or environ.get(new) is not None:
+                continue
+            if old == _KEEP_FQDN and not_self and _truthy(environ[old]):
+                notes.append(
+                    f"{old} not carried over to {new}: this machine is listed as "
+                    f"{not_self[0]}, not as its host name {hostname or '(unknown)'}, and PRRTE "
+                    "keeping full names would ssh to itself"
+                )
+                continue
+            changes.append(Change(new, environ[old], f"from {old}, which {mpi.value} ignores"))
+    return Handover(tuple(changes), tuple(notes))
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "t", "y", "on", "enabled")
+
+
+_HYDRA_LINE = re.compile(r"^\s*[^\s#:]+:\d+\s*(#.*)?$", re.M)
+_SLOTS_LINE = re.compile(r"^\s*\S+\s+(slots|max_slots|max-slots)\s*=", re.M)
+
+
+def advice_without_command(
+    hostfile: str | None, hostfile_text: str | None, interface: Interface | None
+) -> list[str]:
+    """initContainer use: what the MPI container must set itself, from what the hostfile's
+    format tells (mpi-operator writes ``host:N`` for Intel MPI and MPICH, ``host slots=N`` for
+    Open MPI); nothing when it tells nothing."""
+    if not hostfile_text:
+        return []
+    lines = []
+    if _HYDRA_LINE.search(hostfile_text):
+        if interface is not None and interface.name:
+            value = interface.name
+            where = f" ({interface.why})"
+        else:
+            value, where = "<interface to the workers>", ""
+        lines.append(
+            f"launch: not mine to change from here: the MPI container must set "
+            f"I_MPI_HYDRA_IFACE={value} (Intel MPI) or HYDRA_IFACE={value} (MPICH){where}, "
+            "or its workers call back to it by a name they may not resolve; MPICH also "
+            "reads HYDRA_LAUNCHER_EXTRA_ARGS, not HYDRA_LAUNCH_EXTRA_ARGS"
+        )
+    if _SLOTS_LINE.search(hostfile_text):
+        lines.append(
+            "launch: not mine to change from here: with Open MPI 5 the MPI container must "
+            f"set PRTE_MCA_prte_default_hostfile={hostfile or '<hostfile>'} (and "
+            "PRTE_MCA_plm_ssh_args for OMPI_MCA_plm_rsh_args): Open MPI 5 ignores the "
+            "OMPI_MCA_orte_* variables and runs every rank on the launcher"
+        )
+    return lines

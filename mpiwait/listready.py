@@ -1,0 +1,247 @@
+"""``mpiwait --list-ready``: the hosts that accept an SSH login now, for Horovod elastic.
+
+``horovodrun --host-discovery-script`` runs its script every second and ssh's once into each
+host new to it; a host whose sshd is not up yet fails that ssh and is blacklisted for the rest
+of the job. mpi-operator's discover_hosts.sh lists Running pods, which may have no DNS record or
+sshd yet. This mode reads the same sources as the wait, checks each host once with the same
+probe (config, keys, host key policy), and prints only those that pass, one ``host[:slots]``
+line each on stdout. It never waits for anyone: a source that lists nobody, or hosts that are
+not ready, give fewer lines and exit 0 (a non-zero exit on Horovod's first call fails the job);
+only bad input (no source, a malformed file, an unusable key) exits non-zero.
+
+Recent passes are remembered between calls (readycache.py): between logins, which come every
+15-30 s per host (LIST_READY_RECHECK), a host stays listed while its name resolves to the
+addresses it had when it passed. A steady state of 64 ready hosts then costs 64 name lookups and
+a few logins a call, and no paramiko import at all on the calls where no login is due.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import queue
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import TextIO, TypeVar
+
+from mpiwait import readycache
+from mpiwait.errors import InputError
+from mpiwait.events import Outcome, Stage, Status
+from mpiwait.hosts import Host, HostSources, SelfNames, Snapshot, _is_ipv6
+from mpiwait.report import Reporter
+from mpiwait.resolver import LookupTimeout, Resolver, ResolverBusy
+from mpiwait.settings import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DISCOVER_EXEC_TIMEOUT,
+    LIST_READY_RECHECK,
+    MAX_PENDING_LOOKUPS,
+    Settings,
+)
+
+T = TypeVar("T")
+
+
+def list_ready(settings: Settings, environ: Mapping[str, str], out: TextIO | None = None) -> int:
+    """Print the ready hosts and return 0; raise MpiwaitError for bad input."""
+    out = out if out is not None else sys.stdout
+    reporter = Reporter(settings.log_format, settings.quiet)
+    sources = HostSources(
+        hostfile=settings.hostfile,
+        hostfile_explicit=settings.hostfile_explicit,
+        discover=settings.discover_hosts,
+        discover_explicit=settings.discover_explicit,
+        discover_exec=settings.discover_exec,
+        hosts_option=settings.hosts_option,
+        include_self=settings.include_self,
+        self_names=SelfNames.from_system(environ),
+        exec_timeout=DISCOVER_EXEC_TIMEOUT,
+    )
+    snapshot = sources.read()
+    if settings.hosts_option is None and not snapshot.sources:
+        raise InputError(
+            f"no host source: neither {settings.hostfile} nor {settings.discover_hosts} exists "
+            "and --hosts is not given",
+            hint="mount the mpi-job-config volume at /etc/mpi, or pass --hostfile / --hosts",
+        )
+    # Horovod starts processes on its own machine without ssh (it compares addresses), so
+    # entries naming this machine are listed as they are, without a login.
+    listed: list[Host] = []
+    for host in snapshot.hosts:
+        if _is_ipv6(host.name):
+            # Horovod splits each line at ':' into exactly host and slots.
+            reporter.info(f"warning: {host.name}: an IPv6 address cannot be given to Horovod")
+        else:
+            listed.append(host)
+    if not listed:
+        _print(out, _self_hosts(snapshot))
+        return 0
+
+    timeout = settings.connect_timeout or DEFAULT_CONNECT_TIMEOUT
+    lookups = Resolver(MAX_PENDING_LOOKUPS)
+    cache = readycache.ReadyCache.at(
+        readycache.cache_dir(environ), _settings_key(settings, environ), LIST_READY_RECHECK
+    )
+    remembered = cache.load()
+    now = readycache.now()
+    recent = {
+        h.name: remembered[h.name]
+        for h in listed
+        if cache.fresh(remembered.get(h.name), h.name, now)
+    }
+
+    def unchanged(name: str) -> bool:
+        entry = recent[name]
+        return _addresses(lookups, entry.address, entry.port, timeout) == entry.addresses
+
+    # Between logins a host stays listed while its name resolves as it did when it passed.
+    same = _run_all(unchanged, list(recent), settings, timeout)
+    keep = {name: recent[name] for name, ok in same.items() if ok}
+    to_probe = [h.name for h in listed if h.name not in keep]
+    outcomes: dict[str, tuple[Outcome, readycache.Entry | None]] = {}
+    if to_probe:
+        outcomes = _probe(settings, lookups, to_probe)
+
+    ready: list[Host] = []
+    for host in listed:
+        outcome, entry = outcomes.get(host.name, (None, None))
+        if host.name in keep:
+            ready.append(host)
+        elif outcome is not None and outcome.status is Status.READY:
+            if entry is not None:
+                keep[host.name] = entry
+            ready.append(host)
+        elif outcome is not None and outcome.status is Status.FATAL:
+            # Time will not fix it and Horovod would blacklist the host: say why, every call.
+            reporter.info(f"warning: {host.name} not listed: {outcome.detail}")
+    cache.save(keep)
+    _print(out, [*_self_hosts(snapshot), *ready])
+    return 0
+
+
+def _probe(
+    settings: Settings, lookups: Resolver, hosts: list[str]
+) -> dict[str, tuple[Outcome, readycache.Entry | None]]:
+    """One full attempt at each host, as the wait makes it; for a pass, what it resolved to."""
+    sys.modules.setdefault("invoke", None)  # as in run.py: paramiko imports it for nothing
+    from mpiwait.probes import ProbeConfig, Prober
+    from mpiwait.sshconfig import SSHResolver
+
+    resolver = SSHResolver(
+        config_path=settings.ssh_config,
+        port=settings.port,
+        user=settings.user,
+        identity_files=settings.identity_files,
+    )
+    prober = Prober(
+        ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command),
+        resolver,
+        lookups=lookups,
+    )
+    prober.preflight(tuple(hosts))  # an unusable key file: exit 3, as for the wait
+
+    def attempt(name: str) -> tuple[Outcome, readycache.Entry | None]:
+        try:
+            outcome = prober.attempt(name)
+        except Exception as exc:  # a probe bug must not fail Horovod's discovery
+            return Outcome(Status.RETRY, Stage.SSH, "unexpected", str(exc)), None
+        if outcome.status is not Status.READY:
+            return outcome, None
+        target = prober.target(name)
+        found = _addresses(lookups, target.address, target.port, prober.timeout_for(target))
+        if found is None:
+            return outcome, None
+        return outcome, readycache.Entry(readycache.now(), target.address, target.port, found)
+
+    budget = max(prober.timeout_for(prober.target(h)) for h in hosts)
+    return _run_all(attempt, hosts, settings, budget)
+
+
+def _addresses(
+    lookups: Resolver, address: str, port: int, timeout: float
+) -> tuple[str, ...] | None:
+    try:
+        infos = lookups.resolve(address, port, timeout)
+    except (OSError, UnicodeError, LookupTimeout, ResolverBusy):
+        return None
+    return tuple(sorted({info[4][0] for info in infos}))
+
+
+def _settings_key(settings: Settings, environ: Mapping[str, str]) -> str:
+    """Everything a pass depends on besides the host: options, and the files ssh would read."""
+    try:
+        home = pwd.getpwuid(os.getuid()).pw_dir
+    except KeyError:
+        home = environ.get("HOME", "/")
+    if settings.ssh_config is not None:
+        configs = [str(settings.ssh_config)]
+    else:
+        configs = [f"{home}/.ssh/config", "/etc/ssh/ssh_config", "/etc/ssh/ssh_config.d"]
+    files = [*configs, *(str(p) for p in settings.identity_files), f"{home}/.ssh"]
+    return readycache.fingerprint(
+        [
+            settings.check.value,
+            settings.port,
+            settings.user,
+            settings.remote_command,
+            settings.connect_timeout,
+            *readycache.file_signatures(files),
+        ]
+    )
+
+
+def _self_hosts(snapshot: Snapshot) -> list[Host]:
+    # The snapshot keeps only the names of the entries it skipped, not their slots: Horovod
+    # then applies its own --slots.
+    return [Host(name, None, "self") for name in snapshot.skipped_self if not _is_ipv6(name)]
+
+
+def _print(out: TextIO, hosts: list[Host]) -> None:
+    out.write("".join(f"{h.name}:{h.slots}\n" if h.slots else f"{h.name}\n" for h in hosts))
+    out.flush()
+
+
+def _run_all(
+    fn: Callable[[str], T], hosts: list[str], settings: Settings, budget: float
+) -> dict[str, T]:
+    """``fn`` of each host, ``--parallel`` at a time and at most ``--probe-rate`` started per
+    second; whatever has not finished within ``budget`` seconds is left out this time."""
+    if not hosts:
+        return {}
+    deadline = time.monotonic() + budget
+    jobs: queue.SimpleQueue[str] = queue.SimpleQueue()
+    done: queue.SimpleQueue[tuple[str, T]] = queue.SimpleQueue()
+
+    def work() -> None:
+        while True:
+            host = jobs.get()
+            done.put((host, fn(host)))
+
+    for _ in range(min(settings.parallel, len(hosts))):
+        # Daemon threads: one stuck in a connect must not keep the process alive after the
+        # budget (the CLI leaves with os._exit anyway).
+        threading.Thread(target=work, name="mpiwait-list", daemon=True).start()
+    # The same budget as the wait's: a burst of --parallel, then --probe-rate per second.
+    rate = settings.probe_rate
+    burst = settings.parallel
+    t0 = time.monotonic()
+    results: dict[str, T] = {}
+    started = 0
+    while len(results) < len(hosts):
+        now = time.monotonic()
+        if now >= deadline:
+            break
+        allowed = len(hosts) if rate <= 0 else burst + int((now - t0) * rate)
+        while started < min(allowed, len(hosts)):
+            jobs.put(hosts[started])
+            started += 1
+        wait = deadline - now
+        if started < len(hosts):
+            wait = min(wait, t0 + (started + 1 - burst) / rate - now)
+        try:
+            host, result = done.get(timeout=max(wait, 0.001))
+        except queue.Empty:
+            continue
+        results[host] = result
+    return results

@@ -1,0 +1,350 @@
+"""ssh_config files as OpenSSH 9.2's readconf.c reads them: lines, arguments, value checks.
+
+Pure and independent of any host: every line of every file ssh reaches is checked on every run
+of ssh (an Include inside a Host block that does not apply is still read, "parse only"), so a
+value ssh refuses is refused here once, at load time, with its file and line. What depends on
+the host (IgnoreUnknown, Match, tokens) is left to ``sshconfig_eval``.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+import re
+import socket
+import stat
+from dataclasses import dataclass
+
+from mpiwait.errors import InputError
+
+# Keyword kinds. A kind decides how many arguments a line takes and which values ssh accepts.
+FLAG = "flag"
+TIME = "time"
+INT = "int"
+STRING = "string"  # one argument, any value
+COMMAND = "command"  # the rest of the line, unsplit (ProxyCommand, ...)
+ARRAY = "array"  # one or more arguments, "none" only alone
+PORT = "port"
+IDENTITY = "identity"  # one argument (IdentityFile, CertificateFile)
+HOST = "host"
+MATCH = "match"
+INCLUDE = "include"
+PROXYJUMP = "proxyjump"
+ANY = "any"  # arguments not checked here (ciphers, forwardings, ...): see the README
+IGNORE = "ignore"  # deprecated, or unsupported in this build: ssh reads past them
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+_FLAG_VALUES = ("yes", "no", "true", "false")
+_MULTISTATE: dict[str, tuple[str, ...]] = {
+    "stricthostkeychecking": (*_FLAG_VALUES, "ask", "off", "accept-new"),
+    "verifyhostkeydns": (*_FLAG_VALUES, "ask"),
+    "updatehostkeys": (*_FLAG_VALUES, "ask"),
+    "pubkeyauthentication": (*_FLAG_VALUES, "unbound", "host-bound"),
+    "compression": ("yes", "no"),
+    "addressfamily": ("inet", "inet6", "any"),
+    "controlmaster": (*_FLAG_VALUES, "auto", "ask", "autoask"),
+    "tunnel": (*_FLAG_VALUES, "ethernet", "point-to-point"),
+    "requesttty": (*_FLAG_VALUES, "force", "auto"),
+    "sessiontype": ("none", "subsystem", "default"),
+    "canonicalizehostname": (*_FLAG_VALUES, "always"),
+}
+
+# Every keyword of OpenSSH 9.2p1 as Debian 12 builds it (GSSAPI and PKCS#11 enabled, plus
+# Debian's GSSAPI key exchange patch). A keyword not listed is "Bad configuration option".
+KEYWORDS: dict[str, str] = {
+    **dict.fromkeys(
+        _words(
+            "protocol cipher fallbacktorsh globalknownhostsfile2 rhostsauthentication "
+            "userknownhostsfile2 useroaming usersh useprivilegedport afstokenpassing "
+            "kerberosauthentication kerberostgtpassing rsaauthentication "
+            "rhostsrsaauthentication compressionlevel"
+        ),
+        IGNORE,
+    ),
+    **dict.fromkeys(
+        _words(
+            "forwardx11 forwardx11trusted gatewayports exitonforwardfailure "
+            "passwordauthentication kbdinteractiveauthentication "
+            "challengeresponseauthentication skeyauthentication tisauthentication "
+            "hostbasedauthentication gssapiauthentication gssapidelegatecredentials batchmode "
+            "checkhostip tcpkeepalive keepalive nohostauthenticationforlocalhost "
+            "clearallforwardings enablesshkeysign identitiesonly hashknownhosts "
+            "permitlocalcommand visualhostkey stdinnull forkafterauthentication proxyusefdpass "
+            "canonicalizefallbacklocal streamlocalbindunlink enableescapecommandline "
+            "gssapikeyexchange gssapirenewalforcesrekey gssapitrustdns"
+        ),
+        FLAG,
+    ),
+    **dict.fromkeys(_MULTISTATE, FLAG),
+    **dict.fromkeys(_words("connecttimeout forwardx11timeout serveraliveinterval"), TIME),
+    **dict.fromkeys(
+        _words(
+            "connectionattempts numberofpasswordprompts serveralivecountmax "
+            "canonicalizemaxdots requiredrsasize"
+        ),
+        INT,
+    ),
+    **dict.fromkeys(
+        _words(
+            "kbdinteractivedevices xauthlocation user hostname hostkeyalias "
+            "preferredauthentications bindaddress bindinterface pkcs11provider smartcarddevice "
+            "securitykeyprovider controlpath revokedhostkeys ignoreunknown "
+            "gssapiclientidentity gssapiserveridentity"
+        ),
+        STRING,
+    ),
+    **dict.fromkeys(_words("proxycommand knownhostscommand localcommand remotecommand"), COMMAND),
+    **dict.fromkeys(
+        _words("globalknownhostsfile userknownhostsfile logverbose canonicaldomains"), ARRAY
+    ),
+    **dict.fromkeys(_words("identityfile identityfile2 certificatefile"), IDENTITY),
+    **dict.fromkeys(
+        _words(
+            "forwardagent ciphers macs kexalgorithms hostkeyalgorithms casignaturealgorithms "
+            "hostbasedacceptedalgorithms hostbasedkeytypes pubkeyacceptedalgorithms "
+            "pubkeyacceptedkeytypes loglevel syslogfacility localforward remoteforward "
+            "dynamicforward permitremoteopen escapechar controlpersist tunneldevice ipqos "
+            "rekeylimit streamlocalbindmask fingerprinthash addkeystoagent identityagent "
+            "canonicalizepermittedcnames sendenv setenv gssapikexalgorithms"
+        ),
+        ANY,
+    ),
+    "port": PORT,
+    "host": HOST,
+    "match": MATCH,
+    "include": INCLUDE,
+    "proxyjump": PROXYJUMP,
+}
+
+_WHITESPACE = " \t\r\n"
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+_INT_RE = re.compile(r"[0-9]+")
+_TIME_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_TIME_PART_RE = re.compile(r"([0-9]+)([smhdwSMHDW]?)")
+
+
+@dataclass(frozen=True)
+class Line:
+    """One directive: its keyword (lowercased), arguments, and where it was written."""
+
+    keyword: str
+    spelled: str  # as written, for messages
+    args: tuple[str, ...]
+    rest: str  # the text after the keyword, for the keywords that take it unsplit
+    path: str
+    number: int
+
+    @property
+    def where(self) -> str:
+        return f"ssh config {self.path} line {self.number}"
+
+
+def read_lines(path: str, *, check_perms: bool) -> tuple[Line, ...] | None:
+    """The directives of one file; None when it cannot be opened (ssh's fopen() failing)."""
+    try:
+        with open(path, "rb") as f:
+            if check_perms:
+                check_permissions(path, os.fstat(f.fileno()))
+            data = f.read()
+    except OSError:
+        return None
+    text = data.decode("utf-8", "surrogateescape")
+    lines: list[Line] = []
+    for number, raw in enumerate(text.split("\n"), start=1):
+        line = lex_line(raw, path, number)
+        if line is not None:
+            check_line(line)
+            lines.append(line)
+    return tuple(lines)
+
+
+def check_permissions(path: str, st: os.stat_result) -> None:
+    """Debian's ssh rule for ~/.ssh/config and every included file ("secure_permissions").
+
+    Upstream refuses any group-writable file; Debian (and Ubuntu) accept one whose group has
+    the owner as its only member, as umask 002 with per-user groups produces. Others-writable
+    or owned by neither the user nor root is refused everywhere.
+    """
+    uid = os.getuid()
+    mode = stat.S_IMODE(st.st_mode)
+    ok = st.st_uid in (0, uid) and not mode & 0o002
+    if ok and mode & 0o020:
+        ok = _group_has_only_the_owner(st.st_gid, st.st_uid)
+    if not ok:
+        raise InputError(
+            f"ssh config {path}: bad owner or permissions (mode {mode:04o}, uid {st.st_uid}): "
+            'ssh refuses it ("Bad owner or permissions")',
+            hint=f"chmod go-w {path}",
+        )
+
+
+def _group_has_only_the_owner(gid: int, owner_uid: int) -> bool:
+    try:
+        group = grp.getgrgid(gid)
+    except KeyError:
+        return False
+    members = 0
+    for entry in pwd.getpwall():
+        if entry.pw_gid == gid:
+            members += 1
+            if entry.pw_name != group.gr_name:
+                return False
+    if group.gr_mem:
+        try:
+            owner = pwd.getpwuid(owner_uid).pw_name
+        except KeyError:
+            return False
+        members += 1
+        if group.gr_mem != [owner]:
+            return False
+    return members > 0
+
+
+def lex_line(raw: str, path: str, number: int) -> Line | None:
+    """Split one line as process_config_line does; None for blank and comment lines."""
+    # Trailing whitespace goes; a form feed only at the end of the line.
+    line = raw.rstrip(_WHITESPACE + "\f")
+    keyword, rest = _strdelim(line.lstrip(_WHITESPACE))
+    if not keyword or keyword.startswith("#"):
+        return None
+    spelled = keyword
+    rest = rest.lstrip(_WHITESPACE)
+    where = f"ssh config {path} line {number}"
+    if not rest:
+        lowered = keyword.translate(_ASCII_LOWER)
+        if lowered in KEYWORDS:
+            raise InputError(f"{where}: {spelled} needs a value (ssh: no argument after keyword)")
+        # Not echoed: a lone word is what a line of a key file looks like (-F pointed at a key).
+        raise InputError(f"{where}: not a 'Keyword value' line (ssh: no argument after keyword)")
+    try:
+        args = tuple(split_args(rest))
+    except ValueError:
+        raise InputError(f"{where}: {spelled}: unbalanced quotes") from None
+    return Line(keyword.translate(_ASCII_LOWER), spelled, args, rest, path, number)
+
+
+def _strdelim(s: str) -> tuple[str, str]:
+    """The keyword and what follows: whitespace and at most one '=' separate them."""
+    m = re.match(r'([^ \t\r\n="]*)', s)
+    assert m is not None
+    word, rest = m.group(1), s[m.end() :]
+    rest = rest.lstrip(_WHITESPACE)
+    if rest.startswith("="):
+        rest = rest[1:].lstrip(_WHITESPACE)
+    return word, rest
+
+
+def split_args(value: str) -> list[str]:
+    """OpenSSH's argv_split with comments: quotes, backslash escapes, '#' starting a word."""
+    args: list[str] = []
+    i, n = 0, len(value)
+    while i < n:
+        c = value[i]
+        if c in " \t\r\n":
+            i += 1
+            continue
+        if c == "#":
+            break
+        arg: list[str] = []
+        quote = ""
+        while i < n:
+            c = value[i]
+            if (
+                c == "\\"
+                and i + 1 < n
+                and (value[i + 1] in "'\"\\" or (not quote and value[i + 1] == " "))
+            ):
+                i += 1
+                arg.append(value[i])
+            elif not quote and c in " \t\r\n":
+                break
+            elif not quote and c in "'\"":
+                quote = c
+            elif quote and c == quote:
+                quote = ""
+            else:
+                arg.append(c)
+            i += 1
+        if quote:
+            raise ValueError("unbalanced quotes")
+        args.append("".join(arg))
+    return args
+
+
+def check_line(line: Line) -> None:
+    """Refuse a value ssh refuses; unknown keywords are judged later (IgnoreUnknown)."""
+    kind = KEYWORDS.get(line.keyword)
+    if kind is None or kind in (IGNORE, ANY, COMMAND, HOST, MATCH, INCLUDE):
+        if kind in (HOST, INCLUDE) and any(a == "" for a in line.args):
+            raise InputError(f"{line.where}: {line.spelled} has an empty argument")
+        return
+    args = line.args
+    if kind == ARRAY:
+        if any(a == "" for a in args):
+            raise InputError(f"{line.where}: {line.spelled} has an empty argument")
+        if len(args) > 1 and any(a.lower() == "none" for a in args):
+            raise InputError(f"{line.where}: {line.spelled} none must appear alone")
+        return
+    if kind == PROXYJUMP:
+        check_proxy_jump(line.rest.lstrip(_WHITESPACE + "="), line.where)
+        return
+    if not args or args[0] == "":
+        raise InputError(f"{line.where}: {line.spelled} needs a value")
+    arg = args[0]
+    if kind == FLAG:
+        allowed = _MULTISTATE.get(line.keyword, _FLAG_VALUES)
+        if arg.lower() not in allowed:
+            raise InputError(
+                f"{line.where}: {line.spelled} {arg!r} is not one of {', '.join(allowed)}"
+            )
+    elif kind == TIME:
+        if arg != "none" and parse_time(arg) is None:
+            raise InputError(
+                f"{line.where}: {line.spelled} {arg!r} is not a time (e.g. 10, 1m30s, none)"
+            )
+    elif kind == INT:
+        if not _INT_RE.fullmatch(arg) or int(arg) > 2**31 - 1:
+            raise InputError(f"{line.where}: {line.spelled} {arg!r} is not a number")
+    elif kind == PORT and parse_port(arg) is None:
+        raise InputError(f"{line.where}: {line.spelled} {arg!r} is not a port (1-65535)")
+    if len(args) > 1:
+        raise InputError(f"{line.where}: {line.spelled} takes one value (extra arguments)")
+
+
+def parse_time(arg: str) -> int | None:
+    """OpenSSH's convtime: 30, 30s, 1m30s, ...; None if ssh would refuse it."""
+    pos, total = 0, 0
+    if not arg:
+        return None
+    while pos < len(arg):
+        m = _TIME_PART_RE.match(arg, pos)
+        if m is None:
+            return None
+        total += int(m.group(1)) * _TIME_UNITS[m.group(2).lower()]
+        pos = m.end()
+    return total if total <= 2**31 - 1 else None
+
+
+def parse_port(arg: str) -> int | None:
+    """OpenSSH's a2port: 1-65535 or a service name from /etc/services."""
+    if _INT_RE.fullmatch(arg):
+        port = int(arg)
+        return port if 1 <= port <= 65535 else None
+    try:
+        return socket.getservbyname(arg, "tcp")
+    except OSError:
+        return None
+
+
+def check_proxy_jump(value: str, where: str) -> None:
+    # parse_jump: "none" alone, or [user@]host[:port] items separated by commas.
+    if value.lower() == "none":
+        return
+    for item in value.split(","):
+        if not item or any(c in item for c in " \t"):
+            raise InputError(f'{where}: Invalid ProxyJump "{value}"')

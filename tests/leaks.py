@@ -1,0 +1,162 @@
+"""What a test session left behind: namespaces, links, mounts and processes (see conftest.py).
+
+A session is checked at its end against a baseline taken at its start. Only what is this
+session's counts, so that concurrent sessions on the same machine (and their live beds) are left
+alone: namespaces and links named like a bed (``<prefix><base-36 owner pid>-<n>...``, the
+convention of testbed.py, manyhosts.py and scripts/demo) whose owner is this process or is gone,
+mounts under this session's directories, and processes whose command line points into this
+session's temporary directory or that carry the tag of one of this process's beds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import testbed
+
+BED_PREFIXES = ("mw", "mh", "md")  # testbed.PREFIX, manyhosts.PREFIX, scripts/demo's BED_PREFIX
+_BED_NAME = re.compile(r"^([a-z]{2})([0-9a-z]+)-(\d+)[bvn]\d*$")
+
+
+@dataclass(frozen=True)
+class Baseline:
+    names: frozenset[str]  # namespaces and links present when the session started
+    mounts: frozenset[str]
+    roots: tuple[str, ...]  # this session's directories (pytest's base temp dir)
+
+
+@dataclass(frozen=True)
+class Leftovers:
+    beds: tuple[str, ...]  # bed ids (namespace/link name without the [bvn]<i> tail)
+    names: tuple[str, ...]
+    mounts: tuple[str, ...]
+    pids: tuple[tuple[int, str], ...]  # (pid, command line)
+
+    def describe(self) -> list[str]:
+        out = [f"namespace or link {n}" for n in self.names]
+        out += [f"mount {m}" for m in self.mounts]
+        out += [f"process {pid}: {cmd}" for pid, cmd in self.pids]
+        return out
+
+
+def _names() -> set[str]:
+    if os.geteuid() != 0:
+        return set()
+    try:
+        return set(testbed._list_ns()) | set(testbed._list_links())
+    except testbed.BedError:
+        return set()
+
+
+def _mounts() -> set[str]:
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return set()
+    # field 5 is the mount point, with spaces and the like escaped as \040 etc.
+    return {line.split()[4] for line in lines if len(line.split()) > 4}
+
+
+def baseline(roots: Sequence[Path]) -> Baseline:
+    return Baseline(frozenset(_names()), frozenset(_mounts()), tuple(str(r) for r in roots))
+
+
+def _b36(n: int) -> str:
+    return testbed._b36(n)
+
+
+def _ours(name: str, me: int) -> str | None:
+    """The bed id of a namespace/link of this session (owner is us, or gone), else None."""
+    m = _BED_NAME.match(name)
+    if not m or m.group(1) not in BED_PREFIXES:
+        return None
+    try:
+        owner = int(m.group(2), 36)
+    except ValueError:
+        return None
+    if owner != me and Path(f"/proc/{owner}").exists():
+        return None  # a live bed of another process (a concurrent session)
+    return f"{m.group(1)}{m.group(2)}-{m.group(3)}"
+
+
+def _proc_cmdline(pid: int) -> str | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
+    if state == "Z" or not raw:
+        return None
+    return raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
+
+
+def _proc_tagged(pid: int, tags: Sequence[bytes]) -> bool:
+    try:
+        env = b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return any(t in env for t in tags)
+
+
+def find(base: Baseline, me: int | None = None) -> Leftovers:
+    me = os.getpid() if me is None else me
+    names = sorted(n for n in _names() - base.names if _ours(n, me))
+    beds = sorted({b for n in names if (b := _ours(n, me))})
+    roots = [r.rstrip("/") + "/" for r in base.roots]
+    mounts = sorted(
+        m for m in _mounts() - base.mounts if any((m + "/").startswith(r) for r in roots)
+    )
+    tags = [f"\0{testbed.ENV_TAG}={p}{_b36(me)}-".encode() for p in BED_PREFIXES]
+    tags += [f"\0{testbed.ENV_TAG}={b}".encode() for b in beds]
+    protected = testbed._ancestors()
+    pids = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) in protected:
+            continue
+        pid = int(entry.name)
+        cmd = _proc_cmdline(pid)
+        if cmd is None:
+            continue
+        if any(r in cmd + "/" for r in roots) or _proc_tagged(pid, tags):
+            pids.append((pid, cmd[:300]))
+    pids += [(pid, _proc_cmdline(pid) or "?") for pid in _descendants({p for p, _ in pids})]
+    return Leftovers(tuple(beds), tuple(names), tuple(mounts), tuple(sorted(set(pids))))
+
+
+def _descendants(roots: set[int]) -> list[int]:
+    """Children of ``roots``, theirs, and so on (a leaked shell's `sleep` names no tmp dir)."""
+    parent: dict[int, int] = {}
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                stat = Path(f"/proc/{entry.name}/stat").read_text()
+                parent[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
+    found: set[int] = set()
+    frontier = set(roots)
+    while frontier:
+        frontier = {c for c, p in parent.items() if p in frontier and c not in found} - roots
+        found |= frontier
+    return sorted(found)
+
+
+def clean(left: Leftovers) -> None:
+    """Remove what ``find`` found: processes first, then mounts, then beds."""
+    for _ in range(3):
+        if not testbed._kill_pids([pid for pid, _ in left.pids], signal.SIGKILL):
+            break
+        time.sleep(0.05)
+    for m in sorted(left.mounts, key=len, reverse=True):
+        subprocess.run(["umount", "-l", m], capture_output=True, timeout=30, check=False)
+    if left.beds and os.geteuid() == 0:
+        with testbed._global_lock():
+            for bed_id in left.beds:
+                with contextlib.suppress(testbed.BedError, OSError):
+                    testbed._teardown_by_id(bed_id)
