@@ -149,17 +149,15 @@ class _WordList(click.Path):
     "--retry-initial",
     type=float,
     callback=_positive,
-    default=DEFAULT_RETRY_INITIAL,
-    show_default=True,
-    help="First backoff window in seconds (full jitter, doubling).",
+    help="First backoff window in seconds (full jitter, doubling) [default: "
+    f"{DEFAULT_RETRY_INITIAL:g}; without either --retry option, the probe budget decides "
+    "within the window]",
 )
 @click.option(
     "--retry-max",
     type=float,
     callback=_positive,
-    default=DEFAULT_RETRY_MAX,
-    show_default=True,
-    help="Largest backoff window in seconds.",
+    help=f"Largest backoff window in seconds [default: {DEFAULT_RETRY_MAX:g}]",
 )
 @click.option(
     "--parallel",
@@ -227,10 +225,11 @@ def command_line(ctx: click.Context, **params: object) -> Settings:
     COMMAND, exit 0 once all are ready (for an initContainer). With K_MPI_JOB_ROLE set to
     anything but "launcher", exec COMMAND at once.
     """
-    if params["retry_max"] < params["retry_initial"]:  # type: ignore[operator]
+    retry_initial = params["retry_initial"] or DEFAULT_RETRY_INITIAL
+    retry_max = params["retry_max"] or DEFAULT_RETRY_MAX
+    if retry_max < retry_initial:  # type: ignore[operator]
         raise click.BadParameter(
-            f"--retry-max ({params['retry_max']:g}) is smaller than --retry-initial "
-            f"({params['retry_initial']:g})",
+            f"--retry-max ({retry_max:g}) is smaller than --retry-initial ({retry_initial:g})",
             ctx,
         )
 
@@ -261,8 +260,8 @@ def command_line(ctx: click.Context, **params: object) -> Settings:
         remote_command=params["remote_command"],  # type: ignore[arg-type]
         timeout=float(params["timeout"]),  # type: ignore[arg-type]
         connect_timeout=params["connect_timeout"],  # type: ignore[arg-type]
-        retry_initial=float(params["retry_initial"]),  # type: ignore[arg-type]
-        retry_max=float(params["retry_max"]),  # type: ignore[arg-type]
+        retry_initial=params["retry_initial"],  # type: ignore[arg-type]
+        retry_max=params["retry_max"],  # type: ignore[arg-type]
         parallel=int(params["parallel"]),  # type: ignore[call-overload]
         probe_rate=float(params["probe_rate"]),  # type: ignore[arg-type]
         recheck_after=float(params["recheck_after"]),  # type: ignore[arg-type]

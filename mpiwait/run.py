@@ -23,6 +23,8 @@ from mpiwait.launch import (
 )
 from mpiwait.report import Reporter, summary_lines, write_termination_log
 from mpiwait.settings import (
+    DEFAULT_RETRY_INITIAL,
+    DEFAULT_RETRY_MAX,
     DISCOVER_EXEC_TIMEOUT,
     PERMANENT_FAILURES_BEFORE_EXIT,
     SOURCE_REREAD_INTERVAL,
@@ -295,8 +297,9 @@ def _wait(settings, sources: HostSources, names, attempt, reporter):
         runner=ThreadRunner(attempt, settings.parallel),
         policy=WaitPolicy(
             timeout=settings.timeout,
-            retry_initial=settings.retry_initial,
-            retry_max=settings.retry_max,
+            retry_initial=settings.retry_initial or DEFAULT_RETRY_INITIAL,
+            retry_max=settings.retry_max or DEFAULT_RETRY_MAX,
+            follow_budget=settings.retry_initial is None and settings.retry_max is None,
             parallel=settings.parallel,
             probe_rate=settings.probe_rate,
             reread_interval=SOURCE_REREAD_INTERVAL,

@@ -40,16 +40,18 @@ DEFAULT_CONNECT_TIMEOUT = 5.0
 # The envelope of the retry schedule (schedule.py): the first retry comes within 0.1 s, and no
 # host goes untried longer than 0.5 s (unless the probe budget is saturated), since the time
 # from "sshd accepts" to the next attempt is most of the launch gap. Within it, how often a
-# host is actually tried follows the probe budget and the floors below.
+# host is actually tried follows the probe budget and the floors below. Given explicitly
+# (--retry-initial/--retry-max), they are what they always were: a full-jitter backoff window
+# doubling from the first to the cap, without the floors, for who wants to tune it by hand.
 DEFAULT_RETRY_INITIAL = 0.1
 DEFAULT_RETRY_MAX = 0.5
 
 # The most often one unready host is tried, by the stage that failed; with few hosts missing
 # (the end of every wait) these set the launch gap: a host that just became ready waits half a
-# floor on average for its next attempt, plus ~40 ms of login and exec. Under a 0.5-s cap
-# (the previous schedule: full jitter over the window, ~4 tries/s) the gap was 0.16 s median
-# for 8 workers and 0.24 s for 64; the floors bring the wait for the next attempt down to
-# ~10-25 ms (benchmarks/, scenario 1).
+# floor on average for its next attempt, plus ~20-40 ms of login and exec. Under the previous
+# schedule (full jitter over a 0.5-s window, ~4 tries/s whatever the count) the launch gap was
+# 0.17 s median for 8 workers and 0.35 s for 64; with these floors, 0.03 and 0.04 s, side by
+# side in one run (benchmarks/, scenario 1; README, Performance).
 # - tcp (refused, mostly): a refused connect costs the worker's kernel one SYN and one RST,
 #   microseconds of work; 50 a second is nothing to a pod and far below any SYN-flood defence.
 # - dns: an unresolvable name costs the cluster's DNS up to 8 queries (4 names of a pod's
@@ -171,8 +173,10 @@ class Settings:
     remote_command: str | None = None
     timeout: float = DEFAULT_TIMEOUT  # 0: wait forever
     connect_timeout: float | None = None  # None: ssh config's ConnectTimeout, else the default
-    retry_initial: float = DEFAULT_RETRY_INITIAL
-    retry_max: float = DEFAULT_RETRY_MAX
+    # None (neither given): the budget-following schedule under the default envelope; either
+    # given: full-jitter backoff over that window, the schedule these options always meant
+    retry_initial: float | None = None
+    retry_max: float | None = None
     parallel: int = DEFAULT_PARALLEL
     probe_rate: float = DEFAULT_PROBE_RATE
     recheck_after: float = DEFAULT_RECHECK_AFTER  # 0: never re-check

@@ -86,6 +86,7 @@ class WaitPolicy:
     floor_ssh: float = RETRY_FLOOR_SSH
     backoff_grace: float = BACKOFF_GRACE
     backoff_doubling: float = BACKOFF_DOUBLING
+    follow_budget: bool = True  # False: plain full-jitter backoff under the envelope
 
     def retry(self) -> RetryPolicy:
         return RetryPolicy(
@@ -97,6 +98,7 @@ class WaitPolicy:
             floor_ssh=self.floor_ssh,
             grace=self.backoff_grace,
             doubling=self.backoff_doubling,
+            follow_budget=self.follow_budget,
         )
 
 
@@ -130,6 +132,9 @@ class _Loop:
     seq: int = 0
     ready: int = 0
     in_flight: int = 0
+    # a re-check round ends the wait when nobody failed it; a host lost in it waits again, and
+    # its return starts a new round (else a short bound would re-check the re-checked forever)
+    round_clean: bool | None = None  # None: no round yet
 
     def add(self, hosts: tuple[str, ...], at: float) -> tuple[str, ...]:
         new = tuple(h for h in hosts if h not in self.tracks)
@@ -168,6 +173,7 @@ class _Loop:
                 self.emit(HostReady(host, self.ready, len(self.tracks), now - self.started))
             return None
         if rechecked:
+            self.round_clean = False
             track.since = now
             self.emit(HostLost(track.state(), now - self.started))
             changed = False
@@ -192,6 +198,8 @@ class _Loop:
 
     def recheck(self, now: float) -> bool:
         """Every host ready: send back the stale ones for another check; False if none."""
+        if self.round_clean:
+            return False
         horizon = now - self.policy.recheck_after
         stale = [t for t in self.tracks.values() if t.passed_at < horizon]
         if not stale:
@@ -199,6 +207,7 @@ class _Loop:
         self.emit(
             Rechecking(tuple(t.host for t in stale), self.policy.recheck_after, now - self.started)
         )
+        self.round_clean = True
         for track in stale:
             track.rechecking = True
             track.stage, track.reason, track.detail = Stage.PENDING, "re-checking", ""

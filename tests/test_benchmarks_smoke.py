@@ -75,13 +75,22 @@ def test_quickest_run_of_every_scenario(tmp_path: Path) -> None:
     assert any(r["method"] == "mpiwait" and r.get("wall_s") for r in scale)
     assert {t["target"].split(" (")[0] for t in first["targets"]} >= {"launch gap median"}
 
+    # with a baseline (here this very checkout), measured side by side as "mpiwait (before)"
     second = _harness(
-        ["--quick", "--scenarios", "load", "--load-hosts", "4", "--down", "3"],
+        ["--quick", "--scenarios", "load", "--load-hosts", "4", "--down", "3",
+         "--baseline-path", str(REPO)],
         tmp_path / "b",
-        timeout=90,
-    )
+        timeout=150,
+    )  # fmt: skip
     (load,) = second["scenarios"]
     assert load["rows"][0]["method"] == "mpiwait"
+    assert {r["method"] for r in load["rows"]} == {
+        "mpiwait",
+        "mpiwait (names unresolvable while down)",
+        "mpiwait (before)",
+        "mpiwait (before) (names unresolvable while down)",
+    }
+    assert any("not above before's" in t["target"] for t in second["targets"])
     assert all(r["logins_per_host"] for r in load["rows"])
     assert set(_own_leftovers()) <= before, "the harness left network namespaces behind"
     assert os.path.exists(tmp_path / "a" / "results.md")
