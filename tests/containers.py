@@ -323,3 +323,51 @@ class Engine:
 
     def image_size(self, ref: str) -> int:
         return int(self.docker("image", "inspect", "-f", "{{.Size}}", ref).stdout)
+
+
+# --- Compose --------------------------------------------------------------------------------
+
+
+def compose_v2(engine: Engine) -> Path:
+    """A DOCKER_CONFIG directory whose cli-plugins/ holds trixie's docker-compose (v2), taken
+    from its .deb (apt-get download in a trixie container), so nothing is installed system-wide."""
+    config = CACHE / "compose-v2"
+    plugin = config / "cli-plugins/docker-compose"
+    with _lock(CACHE / "compose-v2.lock"):
+        if plugin.exists():
+            return config
+        engine.debian_base("trixie")
+        with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+            engine.docker(
+                "run", "--rm", "--network", "host", "-v", f"{tmp}:/out", "-w", "/out",
+                "debian:trixie-slim", "sh", "-c",
+                "apt-get update -qq && apt-get download -qq docker-compose",
+            )  # fmt: skip
+            debs = sorted(Path(tmp).glob("docker-compose_*.deb"))
+            if not debs:
+                raise EngineError("apt-get download docker-compose gave no .deb")
+            _run(["dpkg-deb", "-x", str(debs[-1]), f"{tmp}/x"])
+            found = sorted(Path(tmp, "x").rglob("cli-plugins/docker-compose"))
+            if not found:
+                raise EngineError(f"no cli-plugins/docker-compose in {debs[-1].name}")
+            plugin.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(found[0], f"{plugin}.part")
+            os.replace(f"{plugin}.part", plugin)
+    return config
+
+
+COMPOSE_V1 = "mpiwait-tests/docker-compose:bookworm"
+
+
+def compose_v1(engine: Engine) -> str:
+    """An image with Debian 12's own docker-compose (1.29), run against the engine's socket."""
+    engine.debian_base("bookworm")
+    ctx = engine.workdir / "compose-v1"
+    ctx.mkdir(exist_ok=True)
+    (ctx / "Dockerfile").write_text(
+        "FROM debian:bookworm-slim\n"
+        "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y"
+        " --no-install-recommends docker-compose && rm -rf /var/lib/apt/lists/*\n"
+    )
+    engine.build(ctx, COMPOSE_V1)
+    return COMPOSE_V1

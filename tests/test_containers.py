@@ -331,17 +331,62 @@ def test_entrypoint_pattern_launcher_waits_for_a_late_worker_then_mpirun_runs(jo
 # The Compose example
 
 
-@contextlib.contextmanager
-def _compose_project(engine: containers.Engine, argv: list[str], env: dict[str, str]):
-    """Run ``argv`` (a compose command) in examples/docker-compose, then take it all down."""
+# The README's commands, in examples/docker-compose. COMPOSE_FILE adds one thing for the test:
+# builds use the host's network (the engine gives containers none), so that the image's apt-get
+# and pip reach the mirror and PyPI.
+COMPOSE_STEPS = [["build"], ["run", "--rm", "launcher"]]
+BUILD_ON_HOST_NETWORK = "services:\n" + "".join(
+    f"  {s}: {{build: {{network: host}}}}\n"
+    for s in ("keygen", "worker1", "worker2", "worker3", "launcher")
+)
+
+
+def _run_compose_example(compose: list[str], env: dict[str, str], override: Path) -> str:
+    """``compose`` is the argv prefix (e.g. ["docker", "compose"]); returns the launcher's output."""
+    override.write_text(BUILD_ON_HOST_NETWORK)
+    env = {**env, "COMPOSE_FILE": f"compose.yaml:{override}"}
     cwd = REPO / "examples/docker-compose"
+    outputs = []
     try:
-        yield subprocess.run(
-            argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=600,
-            stdin=subprocess.DEVNULL,
-        )  # fmt: skip
+        for step in COMPOSE_STEPS:
+            p = subprocess.run(
+                [*compose, *step], cwd=cwd, env=env, capture_output=True, text=True,
+                timeout=600, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            outputs.append(p.stdout + p.stderr)
+            assert p.returncode == 0, f"{' '.join(step)}: exit {p.returncode}\n{outputs[-1][-4000:]}"
     finally:
         subprocess.run(
-            [*argv[: argv.index("up") if "up" in argv else argv.index("run")], "down", "-v"],
-            cwd=cwd, env=env, capture_output=True, timeout=120,
-        )  # fmt: skip
+            [*compose, "down", "-v"], cwd=cwd, env=env, capture_output=True, timeout=120
+        )
+    return outputs[-1]
+
+
+def _assert_demo_ran(out: str) -> None:
+    assert "all 3 hosts ready" in out, out[-3000:]
+    lines = out.splitlines()
+    for name in ("worker1", "worker2", "worker3"):  # mpirun ... hostname, one per worker
+        assert name in lines, out[-3000:]
+
+
+def test_compose_example_with_compose_v2(engine, tmp_path):
+    config = containers.compose_v2(engine)
+    env = {**engine.env, "DOCKER_CONFIG": str(config)}
+    _assert_demo_ran(_run_compose_example(["docker", "compose"], env, tmp_path / "o.yaml"))
+
+
+def test_compose_example_with_debian_12_docker_compose_1_29(engine, tmp_path):
+    """Debian 12's docker-compose package (1.29) in a container of its own, with the Debian
+    docker CLI it uses for builds and runs, against the engine's socket."""
+    image = containers.compose_v1(engine)
+    cli = Path("/usr/bin/docker")
+    if not cli.exists():
+        pytest.skip("Debian's docker CLI (/usr/bin/docker from docker.io) not installed")
+    tmp_path.chmod(0o755)
+    compose = [
+        "docker", "run", "--rm", "-e", "COMPOSE_FILE", "-e", "DOCKER_BUILDKIT=0",
+        "-v", f"{cli}:/usr/bin/docker:ro", "-v", f"{engine.sock}:/var/run/docker.sock",
+        "-v", f"{REPO}:{REPO}:ro", "-v", f"{tmp_path}:{tmp_path}:ro",
+        "-w", str(REPO / "examples/docker-compose"), image, "docker-compose",
+    ]  # fmt: skip
+    _assert_demo_ran(_run_compose_example(compose, engine.env, tmp_path / "o.yaml"))
