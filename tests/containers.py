@@ -58,7 +58,9 @@ def missing_requirements() -> str | None:
 def _run(argv: Sequence[str], timeout: float = 600, **kw) -> subprocess.CompletedProcess[str]:
     p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, **kw)
     if p.returncode != 0:
-        raise EngineError(f"{' '.join(map(str, argv))[:200]}: exit {p.returncode}: {p.stderr[-2000:]}")
+        raise EngineError(
+            f"{' '.join(map(str, argv))[:200]}: exit {p.returncode}: {p.stderr[-2000:]}"
+        )
     return p
 
 
@@ -93,6 +95,16 @@ def rootfs(suite: str) -> Path:
             _run(["tar", "--numeric-owner", "-C", str(root), "-cf", f"{out}.part", "."])
             os.replace(f"{out}.part", out)
     return out
+
+
+def all_rootfs() -> None:
+    """Make every root filesystem not cached yet, side by side (debootstrap mostly waits on the
+    mirror)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(SUITES)) as pool:
+        list(pool.map(rootfs, SUITES))
+    glibc_only_rootfs()
 
 
 def glibc_only_rootfs() -> Path:
@@ -170,10 +182,11 @@ class Engine:
         (self.workdir / "cli").mkdir(exist_ok=True)
         stack = contextlib.ExitStack()
         self._lock = stack
-        if self._data_root is None:
-            # One test run at a time uses the cached data root; another one gets a fresh one.
-            if not stack.enter_context(_lock(CACHE / "docker.lock", blocking=False)):
-                self.data_root = self.workdir / "data-root"
+        # One test run at a time uses the cached data root; another one gets a fresh one.
+        if self._data_root is None and not stack.enter_context(
+            _lock(CACHE / "docker.lock", blocking=False)
+        ):
+            self.data_root = self.workdir / "data-root"
         self.data_root.mkdir(parents=True, exist_ok=True)
         ctr = self.workdir / "containerd"
         ctr.mkdir(exist_ok=True)
@@ -281,7 +294,7 @@ class Engine:
         return p
 
     def has_image(self, ref: str, label: str | None = None) -> bool:
-        fmt = "{{index .Config.Labels \"mpiwait.tests.rootfs\"}}"
+        fmt = '{{index .Config.Labels "mpiwait.tests.rootfs"}}'
         p = self.docker("image", "inspect", "-f", fmt, ref, check=False)
         return p.returncode == 0 and (label is None or p.stdout.strip() == label)
 
@@ -310,9 +323,7 @@ class Engine:
         shutil.copyfile(HOST_CA, ctx / "ca.crt")
         (ctx / "pip.conf").write_text("[global]\ncert = /etc/mpiwait-tests/ca.crt\n")
         (ctx / "Dockerfile").write_text(
-            f"FROM {raw}\n"
-            "COPY ca.crt /etc/mpiwait-tests/ca.crt\n"
-            "COPY pip.conf /etc/pip.conf\n"
+            f"FROM {raw}\nCOPY ca.crt /etc/mpiwait-tests/ca.crt\nCOPY pip.conf /etc/pip.conf\n"
         )
         self.docker("build", "-q", "-t", ref, str(ctx))
         return ref

@@ -16,7 +16,6 @@ against real sshd workers:
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shutil
@@ -25,9 +24,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-
 import containers
+import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 MPIWAIT_IMAGE = "ghcr.io/mpiwait/mpiwait:0.1.0"
@@ -59,8 +57,8 @@ RUN apt-get update \
     && sed -i "s/#\(StrictModes \).*/\1no/g" /etc/ssh/sshd_config \
     && sed -i "s/#\(Port \).*/\12222/g" /etc/ssh/sshd_config \
     && useradd -m -u 1000 -s /bin/bash mpiuser && usermod -p '*' mpiuser \
-    && printf 'PidFile /home/mpiuser/sshd.pid\nHostKey /home/mpiuser/.ssh/id_rsa\nStrictModes no\nPort 2222\n' \
-        > /home/mpiuser/.sshd_config \
+    && printf 'PidFile %s/sshd.pid\nHostKey %s/.ssh/id_rsa\nStrictModes no\nPort 2222\n' \
+        /home/mpiuser /home/mpiuser > /home/mpiuser/.sshd_config \
     && printf '#!/bin/sh\necho "pi on $(hostname)"\n' > /home/mpiuser/pi \
     && chmod 0755 /home/mpiuser/pi && chown -R mpiuser:mpiuser /home/mpiuser
 WORKDIR /home/mpiuser
@@ -83,6 +81,7 @@ WORKER_ARGS = ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]  # e
 
 @pytest.fixture(scope="session")
 def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[containers.Engine]:
+    containers.all_rootfs()
     e = containers.Engine(tmp_path_factory.mktemp("mpiwait-docker"))
     e.start()
     try:
@@ -314,7 +313,8 @@ def test_entrypoint_pattern_launcher_waits_for_a_late_worker_then_mpirun_runs(jo
         job.image, "mpirun", "-n", "2", "/home/mpiuser/pi",
     )  # fmt: skip
     _wait_for_log(job, "launcher", r"w2: ")  # mpiwait is waiting for the missing worker
-    assert job.engine.docker("inspect", "-f", "{{.State.Running}}", "launcher").stdout.strip() == "true"
+    running = job.engine.docker("inspect", "-f", "{{.State.Running}}", "launcher").stdout
+    assert running.strip() == "true"
     job.worker("w2")
     status = job.engine.docker("wait", "launcher", timeout=300).stdout.strip()
     out = _wait_for_log(job, "launcher", r"all 2 hosts ready")
@@ -342,7 +342,7 @@ BUILD_ON_HOST_NETWORK = "services:\n" + "".join(
 
 
 def _run_compose_example(compose: list[str], env: dict[str, str], override: Path) -> str:
-    """``compose`` is the argv prefix (e.g. ["docker", "compose"]); returns the launcher's output."""
+    """``compose``: the argv prefix (["docker", "compose"], ...); returns the launcher's output."""
     override.write_text(BUILD_ON_HOST_NETWORK)
     env = {**env, "COMPOSE_FILE": f"compose.yaml:{override}"}
     cwd = REPO / "examples/docker-compose"
@@ -354,11 +354,11 @@ def _run_compose_example(compose: list[str], env: dict[str, str], override: Path
                 timeout=600, stdin=subprocess.DEVNULL,
             )  # fmt: skip
             outputs.append(p.stdout + p.stderr)
-            assert p.returncode == 0, f"{' '.join(step)}: exit {p.returncode}\n{outputs[-1][-4000:]}"
+            assert p.returncode == 0, (
+                f"{' '.join(step)}: exit {p.returncode}\n{outputs[-1][-4000:]}"
+            )
     finally:
-        subprocess.run(
-            [*compose, "down", "-v"], cwd=cwd, env=env, capture_output=True, timeout=120
-        )
+        subprocess.run([*compose, "down", "-v"], cwd=cwd, env=env, capture_output=True, timeout=120)
     return outputs[-1]
 
 
