@@ -258,6 +258,8 @@ class Engine:
         if self._procs and self._procs[-1].poll() is None:
             with contextlib.suppress(Exception):
                 self._clean()
+                # Images no tag leads to any more (older builds): the cache stays bounded.
+                self.docker("image", "prune", "-f", check=False)
         for p in reversed(self._procs):
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
