@@ -192,6 +192,39 @@ def _ok(p: subprocess.CompletedProcess[str]) -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# The engine itself
+
+
+def test_engine_leaves_nothing_behind(engine, tmp_path):
+    """A second engine (fresh data root) with a network and a running container, stopped:
+    no process, mount, bridge, veth or iptables rule of it remains."""
+
+    def links() -> set[str]:
+        out = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        return {ln.split(":")[1].strip().split("@")[0] for ln in out.splitlines()}
+
+    def rules() -> str:
+        return subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
+
+    before = links()
+    e = containers.Engine(tmp_path / "e", data_root=tmp_path / "data")
+    e.start()
+    try:
+        e.import_tar(containers.rootfs("bookworm"), "mpiwait-tests/leak")
+        net = e.docker("network", "create", "mwdleak").stdout.strip()
+        e.docker("run", "-d", "--network", "mwdleak", "mpiwait-tests/leak", "sleep", "600")
+        ours = {n for n in links() - before if n == f"br-{net[:12]}" or n.startswith("veth")}
+        assert f"br-{net[:12]}" in ours and len(ours) >= 2, ours
+    finally:
+        pids = [p.pid for p in e._procs]
+        e.stop()
+    assert all(not Path(f"/proc/{pid}").exists() for pid in pids)
+    assert str(tmp_path) not in Path("/proc/self/mounts").read_text()
+    assert not ours & links()
+    assert "DOCKER" not in rules() and f"br-{net[:12]}" not in rules()
+
+
+# --------------------------------------------------------------------------------------------
 # The image
 
 
@@ -269,9 +302,21 @@ def test_copy_in_logs_in_from_any_base(engine, job, workers, mpiwait_image, base
     if base not in containers.SUITES:  # no shell, nothing to exec: the login is the proof
         assert "all 2 hosts ready" in _ok(job.run(*mounts, image, *opts))
         return
-    # COMMAND is exec'd with the image's own loader, libc and environment: nothing of ours.
+    # The image's library path holds broken copies of libraries mpiwait loads (and cat does
+    # not), and its Python variables point nowhere: mpiwait must not pick up any of them. The
+    # COMMAND is exec'd with the image's own loader, libc and environment, nothing of ours.
+    broken = job.workdir / "image-libs"
+    broken.mkdir(exist_ok=True)
+    for name in ("libz.so.1", "libgcc_s.so.1", "libexpat.so.1"):
+        (broken / name).write_text("not a library\n")
+    image_env = {
+        "LD_LIBRARY_PATH": "/usr/local/lib/image",
+        "PYTHONHOME": "/nonexistent",
+        "PYTHONPATH": "/nonexistent",
+    }
     p = job.run(
-        *mounts, "-e", "LD_LIBRARY_PATH=/usr/local/lib/from-the-image", image, *opts,
+        *mounts, "-v", f"{broken}:/usr/local/lib/image:ro",
+        *(f"-e{k}={v}" for k, v in image_env.items()), image, *opts,
         "--", "cat", "/proc/self/maps", "/proc/self/environ",
     )  # fmt: skip
     out = _ok(p)
@@ -280,8 +325,8 @@ def test_copy_in_logs_in_from_any_base(engine, job, workers, mpiwait_image, base
     assert any(re.search(r"/libc(-[\d.]+)?\.so", ln) for ln in maps), out[-2000:]
     assert not [ln for ln in maps if "/opt/mpiwait" in ln]
     environ = p.stdout.split("\n")[-1].split("\0")
-    assert "LD_LIBRARY_PATH=/usr/local/lib/from-the-image" in environ
-    assert not [v for v in environ if v.startswith(("LD_PRELOAD=", "PYTHONHOME=", "PYTHONPATH="))]
+    assert {f"{k}={v}" for k, v in image_env.items()} <= set(environ)
+    assert not [v for v in environ if v.startswith("LD_PRELOAD=")]
 
 
 # --------------------------------------------------------------------------------------------
