@@ -85,7 +85,7 @@ class ImageFacts:
 
 
 IMAGES: dict[str, ImageFacts] = {
-    # Debian slim without Python or ssh: root is the only account.
+    # FROM scratch: /opt/mpiwait and root's passwd entry, nothing else (no ssh, no shell).
     MPIWAIT_IMAGE: ImageFacts(REPO / "Dockerfile", {0: ("root", "/root")}, {}),
     # mpi-operator's mpi-pi:mpich (mpiuser is uid 1000, home /home/mpiuser) plus /opt/mpiwait.
     "ghcr.io/mpiwait/pi-mpich-mpiwait:0.1.0": ImageFacts(
