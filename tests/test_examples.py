@@ -92,7 +92,7 @@ class ImageFacts:
 
 
 IMAGES: dict[str, ImageFacts] = {
-    # Debian slim without Python or ssh: root is the only account.
+    # FROM scratch: /opt/mpiwait and root's passwd entry, nothing else (no ssh, no shell).
     MPIWAIT_IMAGE: ImageFacts(REPO / "Dockerfile", {0: ("root", "/root")}, {}),
     # mpi-operator's mpi-pi:mpich (mpiuser is uid 1000, home /home/mpiuser) plus /opt/mpiwait.
     "ghcr.io/mpiwait/pi-mpich-mpiwait:0.1.0": ImageFacts(
@@ -185,6 +185,8 @@ def final_stage(path: Path) -> FinalStage:
     for keyword, rest in instructions(path):
         if keyword == "FROM":
             stage = FinalStage(base=rest.split()[0])
+            continue
+        if keyword == "ARG" and stage is None:  # global build arguments, e.g. BASE
             continue
         assert stage is not None, f"{path}: {keyword} before FROM"
         if keyword == "ENTRYPOINT":
@@ -637,8 +639,13 @@ def test_images_run_mpiwait_the_documented_way():
     assert stage.user is not None and stage.user.split(":")[0].isdigit() and stage.user != "0"
     assert stage.env.get("HOME") == "/home/mpiuser"
     assert stage.env["PATH"].startswith("/opt/mpiwait/bin:")
-    # Only the self-contained directory comes from the builder: no pip, no compiler, no cache.
-    assert stage.copies == [["--from=builder", "/opt/mpiwait", "/opt/mpiwait"]]
+    # Nothing but the self-contained directory and a minimal /etc (root's passwd entry) and /tmp
+    # from the builder, on an empty base: no shell, no pip, no compiler, no cache.
+    assert stage.base == "scratch"
+    assert stage.copies == [
+        ["--from=builder", "/rootfs/", "/"],
+        ["--from=builder", "/opt/mpiwait", "/opt/mpiwait"],
+    ]
     # The pattern for an MPI image copies the same directory and runs the same entrypoint.
     mpich = final_stage(K8S / "entrypoint.Dockerfile")
     assert mpich.copies == [["--from=mpiwait", "/opt/mpiwait", "/opt/mpiwait"]]
@@ -1045,5 +1052,14 @@ def test_compose_workers_and_hostfile_agree():
     for name in inv.hosts:
         assert services[name]["command"][-1].endswith("exec /usr/sbin/sshd -De")
         assert "ssh-auth:/root/.ssh:ro" in services[name]["volumes"]
-    # The launcher does not wait for the workers in Compose: that is mpiwait's job.
-    assert set(services["launcher"]["depends_on"]) == {"keygen"}
+    # `run launcher` starts the workers (depends_on), but waiting until they accept a login is
+    # mpiwait's job: Compose only waits for them to be started.
+    deps = services["launcher"]["depends_on"]
+    assert deps["keygen"] == {"condition": "service_completed_successfully"}
+    assert {n: deps[n] for n in inv.hosts} == {
+        n: {"condition": "service_started"} for n in inv.hosts
+    }
+    for name in inv.hosts:
+        assert services[name]["hostname"] == name  # what `mpirun ... hostname` prints
+    # Debian 12's docker-compose 1.29 rejects a top-level `name:`.
+    assert "name" not in load_all(COMPOSE_FILE)[0]

@@ -1,0 +1,386 @@
+"""Containers for the deploy tests without an image registry: a private dockerd and Debian bases.
+
+- ``Engine``: a dockerd (and the containerd under it) of our own: own data root, exec root, socket
+  and pidfile; ``--bridge=none --iptables=false --ip-forward=false``, so it adds no bridge, rule
+  or sysctl to the host. Containers talk over user-defined networks that ``stop()`` removes with
+  their bridges; builds that fetch packages use ``--network host``. ``stop()`` leaves no process
+  or mount behind.
+- Base images made by ``debootstrap --variant=minbase`` (bullseye, bookworm, trixie) and a
+  glibc-only one (the files of bookworm's ``libc6``, no shell), imported as ``debian:<suite>-slim``
+  and ``mpiwait-tests/glibc-only``. Root filesystems are cached as tarballs under ``CACHE`` and the
+  data root (so the images and build cache) is kept there too, so only the first run on a machine
+  pays for debootstrap and package downloads.
+- The host's CA bundle and a ``pip.conf`` naming it go into the tests' Debian bases only (this
+  machine reaches PyPI through a CA fresh images lack); the shipped Dockerfiles never carry them.
+
+Stdlib only; importable without pytest. Needs root, docker.io (dockerd, containerd, runc, the
+docker CLI) and debootstrap.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import signal
+import subprocess
+import tarfile
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+CACHE = Path(os.environ.get("MPIWAIT_TEST_CACHE", "/var/cache/mpiwait-tests"))
+MIRROR = os.environ.get("MPIWAIT_TEST_MIRROR", "http://deb.debian.org/debian")
+SUITES = ("bullseye", "bookworm", "trixie")
+GLIBC_ONLY = "mpiwait-tests/glibc-only"
+HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
+TOOLS = ("dockerd", "containerd", "runc", "docker", "debootstrap")
+# Bumped when what goes into a cached root filesystem changes.
+ROOTFS_VERSION = "1"
+
+
+class EngineError(RuntimeError):
+    pass
+
+
+def missing_requirements() -> str | None:
+    """Why the container tests cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "needs root (runs a dockerd of its own)"
+    missing = [t for t in TOOLS if shutil.which(t) is None]
+    if missing:
+        return f"{', '.join(missing)} not installed (apt-get install docker.io debootstrap)"
+    return None
+
+
+def _run(argv: Sequence[str], timeout: float = 600, **kw) -> subprocess.CompletedProcess[str]:
+    p = subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, **kw)
+    if p.returncode != 0:
+        raise EngineError(
+            f"{' '.join(map(str, argv))[:200]}: exit {p.returncode}: {p.stderr[-2000:]}"
+        )
+    return p
+
+
+@contextlib.contextmanager
+def _lock(path: Path, blocking: bool = True) -> Iterator[bool]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | (0 if blocking else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+
+
+# --- root filesystems (cached tarballs) -----------------------------------------------------
+
+
+def rootfs(suite: str) -> Path:
+    """A tarball of ``debootstrap --variant=minbase SUITE`` without docs, man pages and locales."""
+    out = CACHE / "rootfs" / f"{suite}-v{ROOTFS_VERSION}.tar"
+    with _lock(out.with_suffix(".lock")):
+        if out.exists():
+            return out
+        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+            root = Path(tmp) / "root"
+            _run(["debootstrap", "--variant=minbase", suite, str(root), MIRROR], timeout=900)
+            for junk in ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale"):
+                shutil.rmtree(root / junk, ignore_errors=True)
+            shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
+            (root / "var/cache/apt/archives/partial").mkdir(parents=True)
+            _run(["tar", "--numeric-owner", "-C", str(root), "-cf", f"{out}.part", "."])
+            os.replace(f"{out}.part", out)
+    return out
+
+
+def all_rootfs() -> None:
+    """Make every root filesystem not cached yet, side by side (debootstrap mostly waits on the
+    mirror)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(SUITES)) as pool:
+        list(pool.map(rootfs, SUITES))
+    glibc_only_rootfs()
+
+
+def glibc_only_rootfs() -> Path:
+    """A tarball of the files of bookworm's libc6 package alone: glibc and nothing else."""
+    out = CACHE / "rootfs" / f"glibc-only-v{ROOTFS_VERSION}.tar"
+    with _lock(out.with_suffix(".lock")):
+        if out.exists():
+            return out
+        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+            root = Path(tmp) / "root"
+            root.mkdir()
+            _run(["tar", "-C", str(root), "-xf", str(rootfs("bookworm"))])
+            lists = sorted((root / "var/lib/dpkg/info").glob("libc6[.:]*list"))
+            paths = {ln.strip() for f in lists for ln in f.read_text().splitlines() if ln.strip()}
+            with tarfile.open(f"{out}.part", "w") as tar:
+                # Merged /usr: the package lists /lib/..., which lives under usr/lib.
+                seen: set[str] = set()
+                for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+                    if (root / top).is_symlink():
+                        seen.add(top)
+                        tar.add(root / top, arcname=top)
+                for path in sorted(paths):
+                    if path in ("/", "/."):
+                        continue
+                    parent = os.path.realpath(root / os.path.dirname(path).lstrip("/"))
+                    arc = os.path.normpath(
+                        os.path.join(os.path.relpath(parent, root), os.path.basename(path))
+                    )
+                    src = root / arc
+                    if arc in seen or not (src.exists() or src.is_symlink()):
+                        continue
+                    parts = arc.split("/")
+                    for depth in range(1, len(parts)):
+                        d = "/".join(parts[:depth])
+                        if d not in seen:
+                            seen.add(d)
+                            tar.add(root / d, arcname=d, recursive=False)
+                    seen.add(arc)
+                    tar.add(src, arcname=arc, recursive=False)
+            os.replace(f"{out}.part", out)
+    return out
+
+
+# --- the engine -------------------------------------------------------------------------------
+
+
+class Engine:
+    """A private dockerd. ``with Engine(workdir) as e: e.docker("run", ...)``."""
+
+    def __init__(self, workdir: Path, data_root: Path | None = None) -> None:
+        self.workdir = workdir
+        self._data_root = data_root
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._lock: contextlib.ExitStack | None = None
+        self.data_root = data_root or CACHE / "docker"
+        self.sock = workdir / "docker.sock"
+        self.env = {
+            **os.environ,
+            "DOCKER_HOST": f"unix://{self.sock}",
+            "DOCKER_BUILDKIT": "0",  # dockerd 20.10's classic builder; no buildx needed
+            "DOCKER_CONFIG": str(workdir / "cli"),
+        }
+
+    # lifecycle
+
+    def __enter__(self) -> Engine:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "cli").mkdir(exist_ok=True)
+        stack = contextlib.ExitStack()
+        self._lock = stack
+        # One test run at a time uses the cached data root; another one gets a fresh one.
+        if self._data_root is None and not stack.enter_context(
+            _lock(CACHE / "docker.lock", blocking=False)
+        ):
+            self.data_root = self.workdir / "data-root"
+        self.data_root.mkdir(parents=True, exist_ok=True)
+        ctr = self.workdir / "containerd"
+        ctr.mkdir(exist_ok=True)
+        (ctr / "config.toml").write_text(
+            "version = 2\n"
+            f'root = "{self.data_root}/containerd"\nstate = "{ctr}/state"\n'
+            f'[grpc]\n  address = "{ctr}/containerd.sock"\n'
+            f'[ttrpc]\n  address = "{ctr}/containerd.sock.ttrpc"\n'
+            '[debug]\n  address = ""\n[metrics]\n  address = ""\n'
+        )
+        self._spawn(["containerd", "--config", str(ctr / "config.toml")], ctr / "containerd.log")
+        self._wait_for(ctr / "containerd.sock", "containerd")
+        self._spawn(
+            [
+                "dockerd",
+                "--data-root", str(self.data_root),
+                "--exec-root", str(self.workdir / "exec"),
+                "--pidfile", str(self.workdir / "dockerd.pid"),
+                "--host", f"unix://{self.sock}",
+                "--containerd", str(ctr / "containerd.sock"),
+                "--storage-driver", "overlay2",
+                "--bridge=none", "--iptables=false", "--ip6tables=false",
+                "--ip-forward=false", "--ip-masq=false",
+                "--default-address-pool", "base=10.211.0.0/16,size=24",
+                "--log-level", "warn",
+            ],
+            self.workdir / "dockerd.log",
+        )  # fmt: skip
+        self._wait_for(self.sock, "dockerd")
+        deadline = time.monotonic() + 60
+        while self.docker("version", check=False).returncode != 0:
+            if time.monotonic() > deadline:
+                self.stop()
+                raise EngineError(f"dockerd did not answer: {self.log()[-2000:]}")
+            time.sleep(0.2)
+        self._clean()
+
+    def _spawn(self, argv: list[str], log: Path) -> None:
+        with open(log, "ab") as f:
+            self._procs.append(
+                subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=f,
+                                 start_new_session=True)
+            )  # fmt: skip
+
+    def _wait_for(self, path: Path, what: str) -> None:
+        deadline = time.monotonic() + 60
+        while not path.exists():
+            if self._procs[-1].poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise EngineError(f"{what} did not start: {self.log()[-2000:]}")
+            time.sleep(0.05)
+
+    def log(self) -> str:
+        return "".join(
+            p.read_text(errors="replace")
+            for p in (self.workdir / "containerd/containerd.log", self.workdir / "dockerd.log")
+            if p.exists()
+        )
+
+    def _clean(self) -> None:
+        """Remove containers and networks (and so their bridges) a crashed run left behind."""
+        ids = self.docker("ps", "-aq", check=False).stdout.split()
+        if ids:
+            self.docker("rm", "-f", *ids, check=False)
+        self.docker("network", "prune", "-f", check=False)
+        self.docker("volume", "prune", "-f", check=False)
+
+    def stop(self) -> None:
+        if self._procs and self._procs[-1].poll() is None:
+            with contextlib.suppress(Exception):
+                self._clean()
+                # Images no tag leads to any more (older builds): the cache stays bounded.
+                self.docker("image", "prune", "-f", check=False)
+        for p in reversed(self._procs):
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait(10)
+        self._procs.clear()
+        # Anything still mounted below our directories (overlay layers, netns) goes too.
+        roots = (str(self.workdir), str(self.data_root))
+        for mnt in reversed(Path("/proc/self/mounts").read_text().splitlines()):
+            target = mnt.split()[1].replace("\\040", " ")
+            if target.startswith(roots):
+                subprocess.run(["umount", "-l", target], capture_output=True)
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    # the CLI
+
+    def docker(
+        self, *args: str, check: bool = True, timeout: float = 600, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        p = subprocess.run(
+            ["docker", *args], capture_output=True, text=True, timeout=timeout,
+            env=self.env, input=input, stdin=None if input is not None else subprocess.DEVNULL,
+        )  # fmt: skip
+        if check and p.returncode != 0:
+            raise EngineError(
+                f"docker {' '.join(args)[:300]}: exit {p.returncode}:\n{p.stdout[-3000:]}"
+                f"\n{p.stderr[-3000:]}"
+            )
+        return p
+
+    def has_image(self, ref: str, label: str | None = None) -> bool:
+        fmt = '{{index .Config.Labels "mpiwait.tests.rootfs"}}'
+        p = self.docker("image", "inspect", "-f", fmt, ref, check=False)
+        return p.returncode == 0 and (label is None or p.stdout.strip() == label)
+
+    def import_tar(self, tar: Path, ref: str, changes: Sequence[str] = ()) -> None:
+        label = f"{tar.name}@{int(tar.stat().st_mtime)}"
+        if self.has_image(ref, label):
+            return
+        args = ["import", "-c", f'LABEL mpiwait.tests.rootfs="{label}"']
+        for c in changes:
+            args += ["-c", c]
+        self.docker(*args, str(tar), ref)
+
+    def build(self, context: Path, tag: str, *args: str, timeout: float = 900) -> str:
+        """``docker build`` (classic builder, host network for package fetches); the log."""
+        return self.docker(
+            "build", "--network", "host", "-t", tag, *args, str(context), timeout=timeout
+        ).stdout
+
+    def debian_base(self, suite: str) -> str:
+        """``debian:<suite>-slim`` made from debootstrap, with the host's CA bundle for pip."""
+        ref = f"debian:{suite}-slim"
+        raw = f"mpiwait-tests/rootfs:{suite}"
+        self.import_tar(rootfs(suite), raw, ['CMD ["bash"]'])
+        ctx = self.workdir / f"trust-{suite}"
+        ctx.mkdir(exist_ok=True)
+        shutil.copyfile(HOST_CA, ctx / "ca.crt")
+        (ctx / "pip.conf").write_text("[global]\ncert = /etc/mpiwait-tests/ca.crt\n")
+        (ctx / "Dockerfile").write_text(
+            f"FROM {raw}\nCOPY ca.crt /etc/mpiwait-tests/ca.crt\nCOPY pip.conf /etc/pip.conf\n"
+        )
+        self.docker("build", "-q", "-t", ref, str(ctx))
+        return ref
+
+    def glibc_only_base(self) -> str:
+        self.import_tar(glibc_only_rootfs(), GLIBC_ONLY)
+        return GLIBC_ONLY
+
+    def image_size(self, ref: str) -> int:
+        return int(self.docker("image", "inspect", "-f", "{{.Size}}", ref).stdout)
+
+
+# --- Compose --------------------------------------------------------------------------------
+
+
+def compose_v2(engine: Engine) -> Path:
+    """A DOCKER_CONFIG directory whose cli-plugins/ holds trixie's docker-compose (v2), taken
+    from its .deb (apt-get download in a trixie container), so nothing is installed system-wide."""
+    config = CACHE / "compose-v2"
+    plugin = config / "cli-plugins/docker-compose"
+    with _lock(CACHE / "compose-v2.lock"):
+        if plugin.exists():
+            return config
+        engine.debian_base("trixie")
+        with tempfile.TemporaryDirectory(dir=CACHE) as tmp:
+            engine.docker(
+                "run", "--rm", "--network", "host", "-v", f"{tmp}:/out", "-w", "/out",
+                "debian:trixie-slim", "sh", "-c",
+                "apt-get update -qq && apt-get download -qq docker-compose",
+            )  # fmt: skip
+            debs = sorted(Path(tmp).glob("docker-compose_*.deb"))
+            if not debs:
+                raise EngineError("apt-get download docker-compose gave no .deb")
+            _run(["dpkg-deb", "-x", str(debs[-1]), f"{tmp}/x"])
+            found = sorted(Path(tmp, "x").rglob("cli-plugins/docker-compose"))
+            if not found:
+                raise EngineError(f"no cli-plugins/docker-compose in {debs[-1].name}")
+            plugin.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(found[0], f"{plugin}.part")
+            os.replace(f"{plugin}.part", plugin)
+    return config
+
+
+COMPOSE_V1 = "mpiwait-tests/docker-compose:bookworm"
+
+
+def compose_v1(engine: Engine) -> str:
+    """An image with Debian 12's own docker-compose (1.29), run against the engine's socket."""
+    engine.debian_base("bookworm")
+    ctx = engine.workdir / "compose-v1"
+    ctx.mkdir(exist_ok=True)
+    (ctx / "Dockerfile").write_text(
+        "FROM debian:bookworm-slim\n"
+        "RUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y"
+        " --no-install-recommends docker-compose && rm -rf /var/lib/apt/lists/*\n"
+    )
+    engine.build(ctx, COMPOSE_V1)
+    return COMPOSE_V1
