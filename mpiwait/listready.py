@@ -123,21 +123,9 @@ def _probe(
     settings: Settings, lookups: Resolver, hosts: list[str]
 ) -> dict[str, tuple[Outcome, readycache.Entry | None]]:
     """One full attempt at each host, as the wait makes it; for a pass, what it resolved to."""
-    sys.modules.setdefault("invoke", None)  # as in run.py: paramiko imports it for nothing
-    from mpiwait.probes import ProbeConfig, Prober
-    from mpiwait.sshconfig import SSHResolver
+    from mpiwait.probes import prober_for
 
-    resolver = SSHResolver(
-        config_path=settings.ssh_config,
-        port=settings.port,
-        user=settings.user,
-        identity_files=settings.identity_files,
-    )
-    prober = Prober(
-        ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command),
-        resolver,
-        lookups=lookups,
-    )
+    prober = prober_for(settings, lookups)
     prober.preflight(tuple(hosts))  # an unusable key file: exit 3, as for the wait
 
     def attempt(name: str) -> tuple[Outcome, readycache.Entry | None]:

@@ -14,6 +14,7 @@ import contextlib
 import errno
 import logging
 import socket
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -26,8 +27,15 @@ from mpiwait.settings import (
     DEFAULT_CONNECT_TIMEOUT,
     REFUSED_ADDRESS_REUSE,
     Check,
+    Settings,
 )
 from mpiwait.sshconfig import SSHResolver, SSHTarget
+
+# paramiko imports invoke only for its own ssh_config `Match exec`, which mpiwait never uses
+# (sshconfig_eval.py runs Match exec itself); left out, paramiko's import takes ~55 ms instead of
+# ~100 ms (benchmarks/, scenario 3). This module is imported only on the paths that log in, before
+# paramiko is, so the flag is set exactly where paramiko is used. None: `import invoke` raises.
+sys.modules.setdefault("invoke", None)
 
 READY = Outcome(Status.READY, Stage.READY, "ready")
 
@@ -74,6 +82,11 @@ class Prober:
         # it the interface that routes to the workers (handover.py)
         self._local: dict[str, str] = {}
         self._lock = threading.Lock()
+
+    @property
+    def resolver(self) -> SSHResolver:
+        """How each host's ssh settings are found (the start notes read it too)."""
+        return self._resolver
 
     def target(self, host: str) -> SSHTarget:
         with self._lock:
@@ -325,3 +338,19 @@ def _oserror(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()
     return str(exc) or type(exc).__name__
+
+
+def prober_for(settings: Settings, lookups: Resolver) -> Prober:
+    """The prober for these settings: ssh settings resolved as OpenSSH would, then our
+    overrides (-p, -l, -i, -F), and the stages up to --check."""
+    resolver = SSHResolver(
+        config_path=settings.ssh_config,
+        port=settings.port,
+        user=settings.user,
+        identity_files=settings.identity_files,
+    )
+    return Prober(
+        ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command),
+        resolver,
+        lookups=lookups,
+    )

@@ -6,7 +6,6 @@ import gc
 import math
 import os
 import signal
-import sys
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
@@ -106,25 +105,11 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
             "or pass --hostfile / --hosts",
         )
 
-    # paramiko imports invoke only for its own ssh_config `Match exec`, which mpiwait never
-    # uses (sshconfig_eval.py runs Match exec itself); left out, paramiko's import takes ~55 ms
-    # instead of ~100 ms here (benchmarks/, scenario 3).
-    sys.modules.setdefault("invoke", None)  # None: `import invoke` raises ImportError
-    from mpiwait.probes import ProbeConfig, Prober
+    from mpiwait.probes import ProbeConfig, Prober, prober_for
     from mpiwait.resolver import lookup_pool
-    from mpiwait.sshconfig import SSHResolver
 
-    resolver = SSHResolver(
-        config_path=settings.ssh_config,
-        port=settings.port,
-        user=settings.user,
-        identity_files=settings.identity_files,
-    )
-    prober = Prober(
-        ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command),
-        resolver,
-        lookups=lookup_pool(settings.parallel),
-    )
+    prober = prober_for(settings, lookup_pool(settings.parallel))
+    resolver = prober.resolver
     # An entry naming this machine gets no login (the launcher runs no sshd), but the MPI
     # ssh's to it unless it resolves to this machine: it must resolve, as ssh resolves it.
     self_prober = Prober(ProbeConfig(Check.DNS, settings.connect_timeout), resolver)
