@@ -57,10 +57,12 @@ def pypi_mpi(name: str) -> Path:
     return venv / "bin"
 
 
-# A real MPI program: every rank adds its rank + 1 across the job (two ranks: 1 + 2 = 3).
+# A real MPI program: every rank adds its rank + 1 across the job (two ranks: 1 + 2 = 3). Each
+# rank writes its line in one write(2): with print()'s separate writes of name, space and number,
+# hydra forwarded the two ranks' pieces interleaved ("w1w2 3" / " 3").
 ALLREDUCE = (
-    "from mpi4py import MPI; c = MPI.COMM_WORLD; "
-    "print(MPI.Get_processor_name(), c.allreduce(c.rank + 1))"
+    "import os; from mpi4py import MPI; c = MPI.COMM_WORLD; n = c.allreduce(c.rank + 1); "
+    "os.write(1, f'{MPI.Get_processor_name()} {n}\\n'.encode())"
 )
 
 
