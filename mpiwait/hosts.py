@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from mpiwait.errors import InputError
-from mpiwait.settings import DISCOVER_EXEC_TIMEOUT, SELF_LOOKUP_TIMEOUT
+from mpiwait.settings import DISCOVER_EXEC_TIMEOUT, SELF_LOOKUP_TIMEOUT, Settings
 
 __all__ = [
     "MAX_INPUT_BYTES",
@@ -604,6 +604,21 @@ class HostSources:
     exec_timeout: float = DISCOVER_EXEC_TIMEOUT
     # The texts last read and the snapshot they gave (the one mutable part, private to read()).
     _last: dict = field(default_factory=dict, init=False, compare=False, repr=False)
+
+    @classmethod
+    def from_settings(cls, settings: Settings, environ: Mapping[str, str]) -> HostSources:
+        """The sources the options name (the wait and --list-ready read the same ones)."""
+        return cls(
+            hostfile=settings.hostfile,
+            hostfile_explicit=settings.hostfile_explicit,
+            discover=settings.discover_hosts,
+            discover_explicit=settings.discover_explicit,
+            discover_exec=settings.discover_exec,
+            hosts_option=settings.hosts_option,
+            include_self=settings.include_self,
+            self_names=SelfNames.from_system(environ),
+            exec_timeout=DISCOVER_EXEC_TIMEOUT,
+        )
 
     def read(self) -> Snapshot:
         """Read every source now; InputError when one is unreadable or malformed.

@@ -29,12 +29,11 @@ from typing import TextIO, TypeVar
 from mpiwait import readycache
 from mpiwait.errors import InputError
 from mpiwait.events import Outcome, Stage, Status
-from mpiwait.hosts import Host, HostSources, SelfNames, Snapshot
+from mpiwait.hosts import Host, HostSources, Snapshot
 from mpiwait.report import Reporter
 from mpiwait.resolver import LookupTimeout, Resolver, ResolverBusy, lookup_pool
 from mpiwait.settings import (
     DEFAULT_CONNECT_TIMEOUT,
-    DISCOVER_EXEC_TIMEOUT,
     LIST_READY_RECHECK,
     Settings,
 )
@@ -46,17 +45,7 @@ def list_ready(settings: Settings, environ: Mapping[str, str], out: TextIO | Non
     """Print the ready hosts and return 0; raise MpiwaitError for bad input."""
     out = out if out is not None else sys.stdout
     reporter = Reporter(settings.log_format, settings.quiet)
-    sources = HostSources(
-        hostfile=settings.hostfile,
-        hostfile_explicit=settings.hostfile_explicit,
-        discover=settings.discover_hosts,
-        discover_explicit=settings.discover_explicit,
-        discover_exec=settings.discover_exec,
-        hosts_option=settings.hosts_option,
-        include_self=settings.include_self,
-        self_names=SelfNames.from_system(environ),
-        exec_timeout=DISCOVER_EXEC_TIMEOUT,
-    )
+    sources = HostSources.from_settings(settings, environ)
     snapshot = sources.read()
     if settings.hosts_option is None and not snapshot.sources:
         raise InputError(

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from mpiwait.errors import ExitCode, InputError, MpiwaitError
 from mpiwait.events import End, WaitStarted
-from mpiwait.hosts import HostSources, SelfNames, Snapshot
+from mpiwait.hosts import HostSources, Snapshot
 from mpiwait.launch import (
     ROLE_VARIABLE,
     check_remote_agent,
@@ -24,7 +24,6 @@ from mpiwait.report import Reporter, summary_lines, write_termination_log
 from mpiwait.settings import (
     DEFAULT_RETRY_INITIAL,
     DEFAULT_RETRY_MAX,
-    DISCOVER_EXEC_TIMEOUT,
     PERMANENT_FAILURES_BEFORE_EXIT,
     SOURCE_REREAD_INTERVAL,
     STATUS_INTERVAL,
@@ -85,7 +84,7 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
             reporter.info(f"warning: {warning}")
 
     launch = _recognise(settings, environ, reporter)
-    sources = _sources(settings, environ)
+    sources = HostSources.from_settings(settings, environ)
     first = sources.read()
     if settings.hosts_option is None and not first.sources:
         if _is_node(settings):
@@ -175,20 +174,6 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     if result.end is End.INTERRUPTED:
         return 128 + (signal.SIGTERM if result.signal_name == "SIGTERM" else signal.SIGINT)
     return _END_STATUS[result.end]
-
-
-def _sources(settings: Settings, environ: Mapping[str, str]) -> HostSources:
-    return HostSources(
-        hostfile=settings.hostfile,
-        hostfile_explicit=settings.hostfile_explicit,
-        discover=settings.discover_hosts,
-        discover_explicit=settings.discover_explicit,
-        discover_exec=settings.discover_exec,
-        hosts_option=settings.hosts_option,
-        include_self=settings.include_self,
-        self_names=SelfNames.from_system(environ),
-        exec_timeout=DISCOVER_EXEC_TIMEOUT,
-    )
 
 
 def _names(snapshot: Snapshot) -> tuple[str, ...]:

@@ -578,7 +578,7 @@ def _no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(*_args: object, **_kw: object) -> None:
         raise AssertionError("must not get this far")
 
-    monkeypatch.setattr(run_module, "_sources", fail)
+    monkeypatch.setattr(run_module.HostSources, "from_settings", fail)
     monkeypatch.setattr(run_module, "_wait", fail)
 
 
