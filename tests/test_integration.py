@@ -174,6 +174,15 @@ def mpiwait_then(lab: Lab, *args: str, steps: Sequence[tuple[Seen, Callable[[], 
     return run
 
 
+def real_ssh(cfg: Path, host: str) -> subprocess.CompletedProcess[str]:
+    """``ssh -F cfg host true`` as mpirun's ssh would make it (no prompts): what mpiwait's
+    verdict is held against."""
+    return subprocess.run(
+        ["ssh", "-F", str(cfg), "-o", "BatchMode=yes", host, "true"],
+        capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=30,
+    )  # fmt: skip
+
+
 def ssh_config(
     lab: Lab,
     *,
@@ -643,13 +652,7 @@ def test_host_key_type_listed_in_known_hosts_is_the_one_checked(
     kind, blob = loopback.public_key(shown).split()[:2]
     known = lab.write("known_hosts", f"[{A}]:{port} {kind} {blob}\n")
     cfg = ssh_config(lab, port=port, identity=key, strict=policy, known_hosts=known)
-    ssh = subprocess.run(
-        ["ssh", "-F", str(cfg), "-o", "BatchMode=yes", A, "true"],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=30,
-    )
+    ssh = real_ssh(cfg, A)
     assert (ssh.returncode == 0) == (status == 0), ssh.stderr  # what mpirun's ssh will do
     run = mpiwait(lab, "-F", str(cfg), "--hosts", A, "--timeout", FAR_DEADLINE)
     assert run.returncode == status, run
@@ -673,13 +676,7 @@ def test_known_hosts_name_is_ssh_s(lab: Lab, listed_as: str, alias: str | None) 
     cfg = ssh_config(
         lab, port=c.port, identity=c.key, strict="yes", known_hosts=known, before=before
     )
-    ssh = subprocess.run(
-        ["ssh", "-F", str(cfg), "-o", "BatchMode=yes", A, "true"],
-        capture_output=True,
-        text=True,
-        stdin=subprocess.DEVNULL,
-        timeout=30,
-    )
+    ssh = real_ssh(cfg, A)
     assert ssh.returncode == 0, ssh.stderr  # what mpirun's ssh does
     run = mpiwait(lab, "-F", str(cfg), "--hosts", A, "--timeout", FAR_DEADLINE)
     assert run.returncode == 0, run
