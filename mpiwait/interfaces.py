@@ -53,7 +53,11 @@ def interface_for(
     if not local_addresses:
         return Interface(None, "no worker was reached over TCP (--check dns), so the interface "
                          "that routes to them is not known")  # fmt: skip
-    counts = Counter(_plain(a) for a in local_addresses.values())
+    counts: Counter[str] = Counter()
+    # Count the raw texts first: a pod reaches all workers from one address, so _plain (which
+    # parses) runs once, not once per host.
+    for raw, count in Counter(local_addresses.values()).items():
+        counts[_plain(raw)] += count
     known = table()
     by_name: Counter[str] = Counter()
     for address, count in counts.items():
@@ -71,6 +75,8 @@ def interface_for(
 
 def _plain(address: str) -> str:
     """Without an IPv6 scope, compressed, as address_table keys are."""
+    if ":" not in address:
+        return address  # IPv4 as getsockname gives it: dotted quad, already canonical
     text = address.partition("%")[0]
     with contextlib.suppress(ValueError):
         return ipaddress.ip_address(text).compressed
