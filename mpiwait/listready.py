@@ -23,6 +23,7 @@ import queue
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Mapping
 from typing import TextIO, TypeVar
 
@@ -196,7 +197,7 @@ def _print(out: TextIO, hosts: list[Host]) -> None:
 def _run_all(
     fn: Callable[[str], T], hosts: list[str], settings: Settings, budget: float
 ) -> dict[str, T]:
-    """``fn`` of each host, ``--parallel`` at a time and at most ``--probe-rate`` started per
+    """``fn`` of each host, ``--parallel`` at a time and at most ``--probe-rate`` started in any
     second; whatever has not finished within ``budget`` seconds is left out this time."""
     if not hosts:
         return {}
@@ -213,26 +214,51 @@ def _run_all(
         # Daemon threads: one stuck in a connect must not keep the process alive after the
         # budget (the CLI leaves with os._exit anyway).
         threading.Thread(target=work, name="mpiwait-list", daemon=True).start()
-    # The same budget as the wait's: a burst of --parallel, then --probe-rate per second.
-    rate = settings.probe_rate
-    burst = settings.parallel
-    t0 = time.monotonic()
+    window = _StartWindow(settings.probe_rate)
     results: dict[str, T] = {}
     started = 0
     while len(results) < len(hosts):
         now = time.monotonic()
         if now >= deadline:
             break
-        allowed = len(hosts) if rate <= 0 else burst + int((now - t0) * rate)
-        while started < min(allowed, len(hosts)):
+        while started < len(hosts) and window.take(now):
             jobs.put(hosts[started])
             started += 1
         wait = deadline - now
         if started < len(hosts):
-            wait = min(wait, t0 + (started + 1 - burst) / rate - now)
+            wait = min(wait, window.next_free() - now)
         try:
             host, result = done.get(timeout=max(wait, 0.001))
         except queue.Empty:
             continue
         results[host] = result
     return results
+
+
+class _StartWindow:
+    """At most ``rate`` starts in any second, as README promises for --probe-rate.
+
+    A sliding window rather than the wait's token bucket (a burst, then a steady rate): Horovod
+    calls every second, and 64 known hosts re-checked at once are 64 starts in that second,
+    within the budget; a bucket of 32 would spread them over 160 ms of every call for nothing.
+    A rate under 1/s allows one start per 1/rate seconds.
+    """
+
+    def __init__(self, rate: float) -> None:
+        self._limit = max(1, int(rate)) if rate > 0 else 0
+        self._span = self._limit / rate if rate > 0 else 0.0
+        self._starts: deque[float] = deque()
+
+    def take(self, now: float) -> bool:
+        if not self._limit:
+            return True
+        while self._starts and self._starts[0] <= now - self._span:
+            self._starts.popleft()
+        if len(self._starts) >= self._limit:
+            return False
+        self._starts.append(now)
+        return True
+
+    def next_free(self) -> float:
+        """When ``take`` can next succeed (after a refusal)."""
+        return self._starts[0] + self._span if self._starts else 0.0

@@ -164,3 +164,45 @@ def test_list_ready_runs_hosts_in_parallel_and_leaves_out_the_slow_ones() -> Non
     assert got == {h: h.upper() for h in hosts if h != "stuck"}  # the stuck one left out
     assert took < 5  # the budget, not the stuck check, ended the call
     assert most[0] <= 4  # never more than --parallel at once
+
+
+def test_start_window_allows_probe_rate_starts_in_any_second() -> None:
+    """--probe-rate as README states it: at most that many starts in any second (Horovod's
+    64 known hosts start at once), never more, and a rate under 1/s spaces single starts."""
+    from mpiwait.listready import _StartWindow
+
+    w = _StartWindow(200)
+    assert all(w.take(10.0) for _ in range(200))  # 200 at once: within "200 per second"
+    assert not w.take(10.5)  # the 201st within the same second waits
+    assert w.next_free() == 11.0
+    assert w.take(11.0)
+    slow = _StartWindow(0.5)
+    assert slow.take(0.0)
+    assert not slow.take(1.9)
+    assert slow.next_free() == 2.0 and slow.take(2.0)
+    unlimited = _StartWindow(0)
+    assert all(unlimited.take(0.0) for _ in range(10_000))
+
+
+def test_run_all_starts_no_more_than_probe_rate_in_a_second() -> None:
+    import threading
+    import time
+
+    from mpiwait import listready
+    from mpiwait.settings import Settings
+
+    starts: list[float] = []
+    lock = threading.Lock()
+
+    def check(host: str) -> str:
+        with lock:
+            starts.append(time.monotonic())
+        return host
+
+    hosts = [f"h{i}" for i in range(15)]
+    began = time.monotonic()
+    got = listready._run_all(check, hosts, Settings(parallel=4, probe_rate=10), budget=30.0)
+    assert got == {h: h for h in hosts}
+    starts.sort()
+    # The 11th is handed out a second after the first at the earliest (both after `began`).
+    assert starts[10] - began >= 1.0
