@@ -28,6 +28,9 @@ _MAX_BYTES = 4 * 1024 * 1024
 _VERSION = 1
 # Logins that come due are gathered into one call in this many (see ReadyCache.fresh).
 _DUE_EVERY = 5.0
+# Files of other settings (an old key, another job of this uid) not written for this long are
+# abandoned: Horovod rewrites a live one every second. /dev/shm is memory until the pod ends.
+_ABANDONED_AFTER = 600.0
 
 
 def _private_dir(base: str) -> str | None:
@@ -182,6 +185,19 @@ class ReadyCache:
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
+        _prune(directory, self.path)
+
+
+def _prune(directory: str, keep: str) -> None:
+    """Remove this directory's abandoned files (ours alone: the directory is 0700 and ours)."""
+    horizon = time.time() - _ABANDONED_AFTER
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.path == keep or not entry.name.startswith(("ready-", ".ready-")):
+                continue
+            with contextlib.suppress(OSError):
+                if entry.stat(follow_symlinks=False).st_mtime < horizon:
+                    os.unlink(entry.path)
 
 
 def now() -> float:

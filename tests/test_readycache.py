@@ -23,6 +23,27 @@ def test_saved_entries_load_back(tmp_path: Path) -> None:
     assert ReadyCache.at(str(tmp_path), "other", 30.0).load() == {}
 
 
+def test_abandoned_files_are_removed_when_a_call_saves(tmp_path: Path) -> None:
+    """/dev/shm is memory: files of settings no call uses any more (an old key, a finished job
+    of the same uid) go once they have not been written for 10 minutes; live ones stay."""
+    old = tmp_path / "ready-0123456789abcdef.json"
+    stray = tmp_path / ".ready-99-1"  # a temporary file of a call that was killed
+    live = tmp_path / "ready-fedcba9876543210.json"
+    other = tmp_path / "notes.txt"  # not ours by name: left alone
+    for path in (old, stray, live, other):
+        path.write_text("{}")
+    past = os.stat(old).st_mtime - 601
+    for path in (old, stray, other):
+        os.utime(path, (past, past))
+    cache = ReadyCache.at(str(tmp_path), "aaaaaaaaaaaaaaaa", 30.0)
+    cache.save({"w1": Entry(1.0, "w1", 22, ("10.0.0.1",))})
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "notes.txt",
+        "ready-aaaaaaaaaaaaaaaa.json",
+        "ready-fedcba9876543210.json",
+    ]
+
+
 @pytest.mark.parametrize(
     "content", [b"", b"{", b"[]", b'{"version": 99, "hosts": {}}', b'{"version": 1, "hosts": 3}']
 )
