@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from mpiwait import __version__
-from mpiwait.errors import ExitCode, Interrupted, MpiwaitError
+from mpiwait.errors import ExitCode, Interrupted, MpiwaitError, interrupted_status
 from mpiwait.settings import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_DISCOVER_HOSTS,
@@ -292,8 +292,8 @@ def parse(argv: list[str]) -> Settings | int:
         else:
             sys.stderr.write(f"mpiwait: error: {message} (see mpiwait --help)\n")
         return ExitCode.USAGE
-    except click.exceptions.Abort:
-        return ExitCode.SIGINT
+    except click.exceptions.Abort:  # click's own KeyboardInterrupt
+        return interrupted_status("SIGINT")
     except click.exceptions.Exit as exc:
         return exc.exit_code
     if isinstance(result, Settings):

@@ -34,6 +34,7 @@ __all__ = [
     "parse_hostfile",
     "parse_hosts_option",
     "read_text_file",
+    "rereader",
     "validate_host",
 ]
 
@@ -588,6 +589,11 @@ class Snapshot:
     skipped_self: tuple[str, ...]  # names dropped because they are this machine
     sources: tuple[str, ...]  # e.g. "/etc/mpi/hostfile (4 hosts)"; absent defaults not listed
 
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The hosts' names in order, this machine's entries left out."""
+        return tuple(host.name for host in self.hosts)
+
 
 @dataclass(frozen=True)
 class HostSources:
@@ -684,3 +690,28 @@ class HostSources:
             else:
                 kept.append(host)
         return Snapshot(tuple(kept), tuple(skipped), tuple(sources))
+
+
+def rereader(
+    sources: HostSources, first: tuple[str, ...], warn: Callable[[str], None]
+) -> Callable[[], tuple[tuple[str, ...], tuple[str, ...]]]:
+    """The waiting loop's once-a-second ``sources.read()``: (every name, this machine's
+    included, and the sources' descriptions), tolerant of passing failures."""
+    last: list[tuple[tuple[str, ...], tuple[str, ...]]] = [(first, ())]
+    reported: set[str] = set()
+
+    def read_hosts() -> tuple[tuple[str, ...], tuple[str, ...]]:
+        try:
+            snapshot = sources.read()
+        except InputError as exc:
+            # The sources read fine at the start; a discover script that failed once or a
+            # file caught mid-rewrite must not end a wait that is going well. Keep the last
+            # good list (hosts once listed stay waited for anyway) and try again next time.
+            if exc.message not in reported:
+                reported.add(exc.message)
+                warn(f"warning: keeping the hosts read before: {exc.message}")
+            return last[0]
+        last[0] = (snapshot.names + snapshot.skipped_self, snapshot.sources)
+        return last[0]
+
+    return read_hosts

@@ -5,13 +5,12 @@ from __future__ import annotations
 import gc
 import math
 import os
-import signal
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from mpiwait.errors import ExitCode, InputError, MpiwaitError
+from mpiwait.errors import ExitCode, InputError, MpiwaitError, interrupted_status
 from mpiwait.events import End, WaitStarted
-from mpiwait.hosts import HostSources, Snapshot
+from mpiwait.hosts import HostSources, rereader
 from mpiwait.launch import (
     ROLE_VARIABLE,
     check_remote_agent,
@@ -20,7 +19,14 @@ from mpiwait.launch import (
     is_mpi_launcher,
     worker_role,
 )
-from mpiwait.report import Reporter, summary_lines, write_termination_log
+from mpiwait.report import (
+    Reporter,
+    print_launch_plan,
+    print_plan,
+    print_worker_plan,
+    summary_lines,
+    write_termination_log,
+)
 from mpiwait.settings import (
     DEFAULT_RETRY_INITIAL,
     DEFAULT_RETRY_MAX,
@@ -68,10 +74,7 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     if role is not None:
         # One image serves launcher and workers: on a worker, step aside at once.
         if settings.dry_run:
-            import shlex
-
-            print(f"# {ROLE_VARIABLE}={role}: not waiting for any host")
-            print(f"exec {shlex.join(settings.command)}" if settings.command else "exit 0")
+            print_worker_plan(f"{ROLE_VARIABLE}={role}", settings.command)
             return ExitCode.OK
         if not settings.command:
             reporter.info(f"K_MPI_JOB_ROLE={role}: nothing to wait for")
@@ -113,10 +116,12 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     # ssh's to it unless it resolves to this machine: it must resolve, as ssh resolves it.
     self_prober = Prober(ProbeConfig(Check.DNS, settings.connect_timeout), resolver)
     is_self = sources.self_names.is_self
-    names = _names(first)
+    names = first.names
     if settings.dry_run:
-        _print_plan(names, prober, first)
-        _print_launch(settings, environ, launch, first)
+        print_plan(prober, first)
+        if launch is not None:
+            handover = _plan(settings, environ, launch, None, first.skipped_self)
+            print_launch_plan(launch.describe(), handover.lines())
         return ExitCode.OK
     # ssh settings ssh would refuse (exit 2), unusable key files (exit 3): before any waiting
     prober.preflight(names)
@@ -172,12 +177,8 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
         settings.termination_log, summary_lines(result), create=settings.termination_log_explicit
     )
     if result.end is End.INTERRUPTED:
-        return 128 + (signal.SIGTERM if result.signal_name == "SIGTERM" else signal.SIGINT)
+        return interrupted_status(result.signal_name)
     return _END_STATUS[result.end]
-
-
-def _names(snapshot: Snapshot) -> tuple[str, ...]:
-    return tuple(host.name for host in snapshot.hosts)
 
 
 def _recognise(settings: Settings, environ: Mapping[str, str], reporter: Reporter):
@@ -213,6 +214,12 @@ def _interface(prober, hosts: tuple[str, ...], is_self: Callable[[str], bool]) -
 
 
 def _handover(settings, environ, launch, prober, hosts, is_self) -> Handover:
+    interface = _interface(prober, hosts, is_self)
+    return _plan(settings, environ, launch, interface, tuple(h for h in hosts if is_self(h)))
+
+
+def _plan(settings, environ, launch, interface, self_entries: tuple[str, ...]) -> Handover:
+    """What the launch is handed; ``interface`` None: not known (a dry run connects nowhere)."""
     import socket
 
     from mpiwait.handover import plan
@@ -221,8 +228,8 @@ def _handover(settings, environ, launch, prober, hosts, is_self) -> Handover:
         launch,
         settings.command,
         environ,
-        interface=_interface(prober, hosts, is_self),
-        self_entries=tuple(h for h in hosts if is_self(h)),
+        interface=interface,
+        self_entries=self_entries,
         hostname=socket.gethostname(),
     )
 
@@ -238,32 +245,12 @@ def _hostfile_text(settings: Settings) -> tuple[str | None, str | None]:
         return None, None
 
 
-def _print_launch(settings: Settings, environ, launch, snapshot: Snapshot) -> None:
-    if launch is None:
-        return
-    print(f"# launch: {launch.describe()}")
-    import socket
-
-    from mpiwait.handover import plan
-
-    handover = plan(
-        launch,
-        settings.command,
-        environ,
-        interface=None,
-        self_entries=snapshot.skipped_self,
-        hostname=socket.gethostname(),
-    )
-    for line in handover.lines():
-        print(f"# {line}")
-
-
 def _wait(settings, sources: HostSources, names, attempt, reporter):
     from mpiwait.waiter import ThreadRunner, WaitPolicy, wait_for_hosts
 
     return wait_for_hosts(
         first=names,
-        read_hosts=_reread(sources, names, reporter),
+        read_hosts=rereader(sources, names, reporter.info),
         runner=ThreadRunner(attempt, settings.parallel),
         policy=WaitPolicy(
             timeout=settings.timeout,
@@ -279,49 +266,3 @@ def _wait(settings, sources: HostSources, names, attempt, reporter):
         ),
         emit=reporter,
     )
-
-
-def _reread(
-    sources: HostSources, first: tuple[str, ...], reporter: Reporter
-) -> Callable[[], tuple[tuple[str, ...], tuple[str, ...]]]:
-    """The waiting loop's once-a-second ``sources.read()``, tolerant of passing failures."""
-    last: list = [(first, ())]
-    reported: list[str] = []
-
-    def read_hosts() -> tuple[tuple[str, ...], tuple[str, ...]]:
-        try:
-            snapshot = sources.read()
-        except InputError as exc:
-            # The sources read fine at the start; a discover script that failed once or a
-            # file caught mid-rewrite must not end a wait that is going well. Keep the last
-            # good list (hosts once listed stay waited for anyway) and try again next time.
-            if exc.message not in reported:
-                reported.append(exc.message)
-                reporter.info(f"warning: keeping the hosts read before: {exc.message}")
-            return last[0]
-        last[0] = (_names(snapshot) + snapshot.skipped_self, snapshot.sources)
-        return last[0]
-
-    return read_hosts
-
-
-def _print_plan(names: tuple[str, ...], prober, snapshot: Snapshot) -> None:
-    print(f"# {len(names)} hosts from: {'; '.join(snapshot.sources) or 'no source'}")
-    if snapshot.skipped_self:
-        print(
-            f"# this machine: {', '.join(snapshot.skipped_self)} (no login; "
-            "only its name must resolve)"
-        )
-    for name in names:
-        target = prober.target(name)
-        keys = [
-            path
-            for path in target.identity_files
-            if not target.identities_default or os.path.lexists(path)
-        ]
-        print(
-            f"{name} address={target.address} port={target.port} user={target.user} "
-            f"identity={','.join(keys) or '(none found)'} "
-            f"strict_host_key_checking={target.strict_host_key_checking} "
-            f"connect_timeout={prober.timeout_for(target):g}"
-        )
