@@ -1,4 +1,5 @@
-"""Unit tests for mpiwait.hosts: every input format, every malformed shape, every source."""
+"""Unit tests for mpiwait.hosts and its parts (hostfile_syntax, textfile, discover, selfname):
+every input format, every malformed shape, every source."""
 
 from __future__ import annotations
 
@@ -12,20 +13,17 @@ from pathlib import Path
 import pytest
 
 from mpiwait.errors import ExitCode, InputError
-from mpiwait.hosts import (
-    MAX_INPUT_BYTES,
+from mpiwait.hostfile_syntax import (
     Host,
-    HostSources,
-    SelfNames,
-    Snapshot,
     parse_discover_script,
     parse_host_lines,
     parse_hostfile,
     parse_hosts_option,
-    read_text_file,
-    rereader,
     validate_host,
 )
+from mpiwait.hosts import HostSources, Snapshot, rereader
+from mpiwait.selfname import SelfNames
+from mpiwait.textfile import MAX_INPUT_BYTES, read_text_file
 
 SRC = "/etc/mpi/hostfile"
 DISCOVER = "/etc/mpi/discover_hosts.sh"
@@ -559,7 +557,7 @@ def test_read_text_file_permission_denied(as_user) -> None:
         wrap, drop = as_user("nobody")
         code = (
             "import sys; from pathlib import Path; from mpiwait.errors import InputError\n"
-            "from mpiwait.hosts import read_text_file\n"
+            "from mpiwait.textfile import read_text_file\n"
             "try: read_text_file(Path(sys.argv[1]), what='hostfile')\n"
             "except InputError as e: print(str(e)); sys.exit(e.exit_code)\n"
         )
