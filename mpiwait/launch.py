@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from typing import NoReturn
 
 from mpiwait.errors import ExitCode, LaunchError
 
@@ -154,7 +155,7 @@ def is_mpi_launcher(command: str) -> bool:
     return name in MPI_LAUNCHERS or _is_ssh_launcher(name)
 
 
-def exec_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+def exec_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> NoReturn:
     """Replace this process with COMMAND (in ``env``, else ours); returns only by raising
     LaunchError."""
     try:
