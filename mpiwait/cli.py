@@ -45,7 +45,8 @@ CONTEXT = {
 EPILOG = """\b
 Exit status: 0 ready (or COMMAND's own status after exec), 2 bad input or option,
 3 permanent failure (key rejected, host key mismatch, unusable key file), 124 deadline passed,
-126 COMMAND not executable, 127 COMMAND not found, 130/143 interrupted by SIGINT/SIGTERM.
+126 COMMAND not executable (or its ssh cannot run: uid without passwd entry),
+127 COMMAND (or the ssh it needs) not found, 130/143 interrupted by SIGINT/SIGTERM.
 Every option can also be set as MPIWAIT_<OPTION> (e.g. MPIWAIT_TIMEOUT=300); flags win.
 """
 
