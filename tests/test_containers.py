@@ -1,4 +1,4 @@
-"""The deploy path built and run for real in a container engine (tests/containers.py).
+"""The deploy path built and run for real in a container engine (tests/testbed/containers.py).
 
 A dockerd of the tests' own builds the shipped Dockerfile and examples unchanged from Debian base
 images made by debootstrap (no registry), then runs them on a docker network of the test's own
@@ -24,8 +24,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import containers
 import pytest
+from testbed import containers
 
 REPO = Path(__file__).resolve().parent.parent
 MPIWAIT_IMAGE = "ghcr.io/mpiwait/mpiwait:0.1.0"

@@ -56,7 +56,7 @@ class Snapshot:
 
     @classmethod
     def take(cls) -> Snapshot:
-        links = {n for n in testbed._list_ns() + testbed._list_links() if n.startswith("md")}
+        links = set(testbed.bed_names(BED_PREFIX))
         tmp = Path(tempfile.gettempdir())
         return cls(links, {str(p) for p in tmp.glob(TMP_PREFIX + "*")})
 

@@ -497,7 +497,7 @@ def test_non_root_launcher_and_workers_on_port_2222(bed, tmp_path, as_user):
             assert "Accepted publickey for mpiuser" in log, log
     finally:
         for p in sshd_procs:
-            testbed._kill_group(p)
+            testbed.kill_group(p)
 
 
 # --------------------------------------------------------------------------------------------
@@ -530,7 +530,7 @@ def test_worker_role_execs_sshd_at_once_and_it_serves_the_launcher(bed, tmp_path
         assert_launched(r, ["w1", "w2"])
         assert "Accepted publickey for root" in log.read_text(), log.read_text()
     finally:
-        testbed._kill_group(worker)
+        testbed.kill_group(worker)
 
 
 # --------------------------------------------------------------------------------------------
