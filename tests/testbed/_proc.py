@@ -94,7 +94,11 @@ class Proc:
     """A running process (mpiwait through a launcher context, scripts/demo, ...) whose output is
     read as it comes. Its one synchronisation primitive is ``wait_for``: until a line appears."""
 
-    def __init__(self, proc: subprocess.Popen[str], argv: list[str], started: float) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[str], argv: list[str], started: float, *, read: bool = False
+    ) -> None:
+        """``read``: read its output from now on (a chatty process must not fill its pipe),
+        not only from the first wait_for()."""
         self.proc = proc
         self.argv = argv
         self.started = started
@@ -103,6 +107,8 @@ class Proc:
         self._err: list[str] = []
         self._done = {"stdout": proc.stdout is None, "stderr": proc.stderr is None}
         self._cond = threading.Condition()
+        if read:
+            self._read_in_threads()
 
     def wait_for(self, pattern: str, timeout: float = 30.0, *, stream: str = "stderr") -> str:
         """Until a line of ``stream`` ("stderr" or "stdout") matches ``pattern`` (a regex);
@@ -124,6 +130,11 @@ class Proc:
                         f"{why} without a {stream} line matching {pattern!r}:\n{''.join(lines)}"
                     )
                 self._cond.wait(left)
+
+    def __str__(self) -> str:
+        with self._cond:
+            out, err = "".join(self._out), "".join(self._err)
+        return f"argv: {shlex.join(self.argv)}\n--- stdout so far\n{out}--- stderr so far\n{err}"
 
     def lines(self, stream: str = "stderr") -> list[str]:
         """The lines of ``stream`` read so far (once wait_for() or finish() reads)."""
@@ -189,7 +200,7 @@ class Proc:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             out, err = self._communicate(30)
             raise AssertionError(
-                f"mpiwait still running after {timeout}s\n{shlex.join(self.argv)}\n{out}\n{err}"
+                f"still running after {timeout}s\n{shlex.join(self.argv)}\n{out}\n{err}"
             ) from None
         result = Result(
             self.argv, self.proc.returncode, out, err, time.monotonic() - self.started, self.pid
