@@ -1,6 +1,6 @@
 """End to end through real MPI: mpiwait in front of Open MPI's mpirun and MPICH's hydra, each
 set up the way a user deploys it, over worker "hosts" that are network namespaces running real
-sshd (tests/testbed.py).
+sshd (tests/testbed/).
 
 Every launch test has at least one worker that is not ready when mpiwait starts, and asserts
 what a user sees: the exit status, every worker's hostname in mpirun's stdout and mpiwait's

@@ -1,4 +1,4 @@
-"""Re-check before exec, against real sshd hosts (tests/testbed.py, network namespaces).
+"""Re-check before exec, against real sshd hosts (tests/testbed/, network namespaces).
 
 A worker that passed, then died while another was still late, must not be launched on: mpiwait
 checks again the hosts that passed longer ago than ``--recheck-after`` before it execs COMMAND

@@ -3,7 +3,7 @@ remote command through a local shell, write where it was not told to, need root 
 writable HOME.
 
 Every run in this file (and in test_faults, test_signals, test_soak) goes through
-manyhosts.Launch.finish, which fails the test on a traceback or on any base64 line of any
+testbed.Proc.finish, which fails the test on a traceback or on any base64 line of any
 private key (or any passphrase) a test made; the tests here add the runs most likely to leak.
 """
 

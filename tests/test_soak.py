@@ -6,7 +6,7 @@ ceiling within the first seconds (every probe slot busy) and a leak of one fd or
 attempt would cross the bound after a few dozen of the thousands of attempts made here, so a
 second minute would add nothing but a minute to a CI suite that must stay under ten on 2 cores.
 
-The 200 hosts are addresses of one namespace with one sshd (manyhosts.ManyHosts). Flapping is
+The 200 hosts are addresses of one namespace with one sshd (testbed.ManyHosts). Flapping is
 per address, with iptables rules swapped every TICK: refused (RST), dropped (connect times out),
 stalled (TCP connects, then nothing: no banner), and, for half of the flappers once their turn
 has come, up (a login works). The other 25 never come up until the churn ends.

@@ -245,6 +245,10 @@ class Engine:
                 raise EngineError(f"{what} did not start: {self.log()[-2000:]}")
             time.sleep(0.05)
 
+    def pids(self) -> list[int]:
+        """The containerd and dockerd this engine started (running or not)."""
+        return [p.pid for p in self._procs]
+
     def log(self) -> str:
         return "".join(
             p.read_text(errors="replace")
