@@ -9,10 +9,11 @@ Labs (each a context manager; ``down()``/``close()`` leaves nothing behind):
                               (``openmpi_argv``, ``mpich_argv``). Hosts are ``bed.hosts[i]``
                               (WorkerHost: name, addr, ns, veth, sshd_config, ...).
     ManyHosts(n, workdir=...) hundreds of hosts as addresses of ONE namespace, one sshd; each
-                              host ``up``/``refuse``/``drop``/``stall`` (STATES) via set_states().
+                              host "up", "refuse", "drop" or "stall" via set_states().
     LoopBed(n, workdir)       thousands of hosts as 127.1.x.y of one namespace (benchmarks).
-    Lab(root)                 sshd on 127.0.0.x:port in this namespace (Sshd, SilentListener,
-                              BannerThenSilence, keygen, public_key, free_port): no netns needed.
+    Lab(root)                 sshd on 127.0.0.x:port in this namespace (lab.sshd() gives an Sshd;
+                              lab.silent(), lab.banner_then_silence(), lab.key(); keygen,
+                              public_key): no namespace needed.
 
 A host's fault states (TestBed, by position i): stop_sshd/start_sshd(delay=), blackhole,
     link_down/link_up, start_silent_listener, start_banner_listener, set_max_startups,
@@ -29,11 +30,11 @@ A process: ``start(bed, args, command=...)`` runs ``python -m mpiwait`` there an
     whose one synchronisation primitive is ``wait_for(regex, stream=)``: until a line appears;
     ``finish()`` gives a Result and fails on a traceback or any registered key material
     (register_key, register_secret, check_output_hygiene). ``run()`` = start + finish.
-    ``Proc(popen, argv, started)`` wraps any process. /proc readers: cmdline, alive,
+    ``Proc(popen, argv, started)`` wraps any process. /proc readers: alive,
     related_pids, fd_count, thread_count, tcp_states, listening; kill_group; wait_until.
 
 Housekeeping: missing_requirements(flavour), cleanup_stale(), bed_names(prefix), bed_owner(name),
-    BedError, ENV_TAG, PREFIX, STATE_ROOT, SSHD. Submodules ``containers`` (a private dockerd
+    BedError, ENV_TAG, STATE_ROOT, SSHD. Submodules ``containers`` (a private dockerd
     and Debian base images: Engine) and ``leaks`` (the session-end check of conftest.py).
 """
 
@@ -42,26 +43,20 @@ from __future__ import annotations
 from . import _loopback, _netns, _shared, containers, leaks
 from ._launcher import dns_blackhole_files, wrap
 from ._loopback import (
-    BannerThenSilence,
     Lab,
-    LoopbackError,
-    SilentListener,
     Sshd,
-    free_port,
     keygen,
     public_key,
 )
 from ._loopbed import LoopBed
-from ._netns import PREFIX, SSHD, TestBed, WorkerHost, bed_names, bed_owner, write_hosts_file
+from ._netns import SSHD, TestBed, WorkerHost, bed_names, bed_owner
 from ._proc import (
     Proc,
     Result,
     alive,
     check_output_hygiene,
-    cmdline,
     fd_count,
     key_secret_lines,
-    mpiwait_argv,
     mpiwait_env,
     register_key,
     register_secret,
@@ -73,24 +68,19 @@ from ._proc import (
     thread_count,
     wait_until,
 )
-from ._shared import STATES, ManyHosts
+from ._shared import ManyHosts
 from ._sys import ENV_TAG, STATE_ROOT, BedError, kill_group, listening
 
 __all__ = [
     "ENV_TAG",
-    "PREFIX",
     "SSHD",
-    "STATES",
     "STATE_ROOT",
-    "BannerThenSilence",
     "BedError",
     "Lab",
     "LoopBed",
-    "LoopbackError",
     "ManyHosts",
     "Proc",
     "Result",
-    "SilentListener",
     "Sshd",
     "TestBed",
     "WorkerHost",
@@ -99,18 +89,15 @@ __all__ = [
     "bed_owner",
     "check_output_hygiene",
     "cleanup_stale",
-    "cmdline",
     "containers",
     "dns_blackhole_files",
     "fd_count",
-    "free_port",
     "key_secret_lines",
     "keygen",
     "kill_group",
     "leaks",
     "listening",
     "missing_requirements",
-    "mpiwait_argv",
     "mpiwait_env",
     "public_key",
     "register_key",
@@ -123,7 +110,6 @@ __all__ = [
     "thread_count",
     "wait_until",
     "wrap",
-    "write_hosts_file",
 ]  # fmt: skip
 
 
