@@ -227,7 +227,9 @@ def test_engine_leaves_nothing_behind(engine, tmp_path):
     finally:
         pids = e.pids()
         e.stop()
-    assert leaks.find(base).describe() == []
+    # (the session's own engine, the fixture's, still runs: only this one's things count)
+    this = (str(tmp_path), "sleep 600", "(mpiwait-tests/leak)")
+    assert [x for x in leaks.find(base).describe() if any(s in x for s in this)] == []
     assert all(not Path(f"/proc/{pid}").exists() for pid in pids)
     assert str(tmp_path) not in Path("/proc/self/mounts").read_text()
     assert not ours & links()

@@ -125,6 +125,7 @@ def find(base: Baseline, me: int | None = None) -> Leftovers:
     tags += [f"\0{_sys.ENV_TAG}={b}".encode() for b in beds]
     protected = _sys.ancestors()
     pids = []
+    running: list[str] = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) in protected:
             continue
@@ -134,6 +135,7 @@ def find(base: Baseline, me: int | None = None) -> Leftovers:
             continue
         if any(r in cmd + "/" for r in roots) or _proc_tagged(pid, tags):
             pids.append((pid, cmd[:300]))
+            running += _containers_of(cmd)  # the whole command line: --host may come late
     pids += [(pid, _proc_cmdline(pid) or "?") for pid in _descendants({p for p, _ in pids})]
     mount_roots = list(roots)
     if not _foreign_dockerd(tags, protected):
@@ -141,8 +143,9 @@ def find(base: Baseline, me: int | None = None) -> Leftovers:
     mounts = sorted(
         m for m in _mounts() - base.mounts if any((m + "/").startswith(r) for r in mount_roots)
     )
-    running = tuple(c for _, cmd in pids for c in _containers_of(cmd))
-    return Leftovers(tuple(beds), tuple(names), tuple(mounts), tuple(sorted(set(pids))), running)
+    return Leftovers(
+        tuple(beds), tuple(names), tuple(mounts), tuple(sorted(set(pids))), tuple(running)
+    )
 
 
 def _foreign_dockerd(tags: Sequence[bytes], protected: set[int]) -> bool:
