@@ -370,13 +370,7 @@ def main(argv: list[str] | None = None) -> int:
         + (", launch-gap.png" if chart else "")
     )
     log(f"done in {(time.time() - t_start) / 60:.1f} min; load average {meta['load_after']}")
-    leftovers = [
-        n
-        for n in testbed._list_ns()
-        if n.startswith(testbed.PREFIX)
-        and testbed._bed_of(n)
-        and testbed._bed_of(n).startswith(f"{testbed.PREFIX}{testbed._b36(os.getpid())}-")
-    ]
+    leftovers = [n for n in testbed.bed_names() if testbed.bed_owner(n) == os.getpid()]
     if leftovers:
         log(f"warning: namespaces left behind: {', '.join(leftovers)}")
     return 0

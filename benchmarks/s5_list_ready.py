@@ -1,7 +1,7 @@
 """Scenario 5, Horovod elastic discovery: ``mpiwait --list-ready`` over 64 ready hosts, run once
 a second as horovodrun runs its --host-discovery-script. The target is <= 300 ms a call.
 
-64 hosts on one sshd (benchmarks/loopbed.py), each a name and an address of its own. Measured
+64 hosts on one sshd (testbed.LoopBed), each a name and an address of its own. Measured
 from spawn to exit, in the clients' context (files-only names, the bed's ssh_config):
 
 - ``python -c pass``: the floor of any Python program here;
@@ -23,22 +23,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import PY, REPO, LogTail, Stat, bench_env, run_measured, sshd_logins
-from benchmarks.loopbed import LoopBed
+from benchmarks.common import PY, REPO, LogTail, Stat, bench_env, run_measured, sshd_logins, testbed
 
 TARGET_S = 0.300
 
 
 def measure(hosts: int, calls: int, colds: int, workdir: Path) -> dict:
     cache = REPO / "benchmarks" / "results" / "pycache"
-    with LoopBed(hosts, workdir / "bed") as lb:
+    with testbed.LoopBed(hosts, workdir / "bed") as lb:
         lb.bed.wait_listening([0])
         argv = [PY, "-m", "mpiwait", "--list-ready", "--hostfile", str(lb.hostfile)]
 
         def call(runtime: Path) -> tuple[float, float, int]:
             tail = LogTail(lb.sshd_log)
             env = bench_env(cache, {"XDG_RUNTIME_DIR": str(runtime)})
-            r = run_measured(lb.client_cmd(argv), env=lb.bed._env(env), timeout=120)
+            r = run_measured(lb.client_cmd(argv), env=lb.bed.env(env), timeout=120)
             if r.rc != 0:
                 raise SystemExit(f"mpiwait --list-ready failed ({r.rc}): {r.stderr[-500:]}")
             logins, _ = sshd_logins(tail.read())
@@ -47,7 +46,7 @@ def measure(hosts: int, calls: int, colds: int, workdir: Path) -> dict:
             return r.wall, r.cpu, logins
 
         floor = [
-            run_measured(lb.client_cmd([PY, "-c", "pass"]), env=lb.bed._env(bench_env(cache)),
+            run_measured(lb.client_cmd([PY, "-c", "pass"]), env=lb.bed.env(bench_env(cache)),
                          timeout=60)
             for _ in range(5)
         ]  # fmt: skip

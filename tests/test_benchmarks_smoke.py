@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,12 +47,7 @@ def _harness(args: list[str], out: Path, timeout: float) -> dict:
 
 def _own_leftovers() -> list[str]:
     # beds of processes that are gone: the harness's, since it has exited
-    return [
-        n
-        for n in testbed._list_ns()
-        if re.match(rf"^{testbed.PREFIX}[0-9a-z]+-\d+n", n)
-        and not Path(f"/proc/{int(n[len(testbed.PREFIX) :].split('-')[0], 36)}").exists()
-    ]
+    return [n for n in testbed.bed_names() if not testbed.alive(testbed.bed_owner(n) or 0)]
 
 
 @requires_openmpi
