@@ -10,7 +10,8 @@ from spawn to exit, in the clients' context (files-only names, the bed's ssh_con
   again after 10-30 s, LIST_READY_RECHECK, and re-resolved on every call in between): wall
   per call and logins per call.
 
-Run it alone (root): ``.venv/bin/python -m benchmarks.s5_list_ready [--hosts 64] [--calls 30]``
+``benchmarks/run`` runs it as scenario ``listready``; or alone (root):
+``.venv/bin/python -m benchmarks.s5_list_ready [--hosts 64] [--calls 30]``
 prints a table and writes JSON next to the other results when ``--out DIR`` is given.
 """
 
@@ -24,11 +25,27 @@ import time
 from pathlib import Path
 
 from benchmarks.common import PY, REPO, LogTail, Stat, bench_env, run_measured, sshd_logins, testbed
+from benchmarks.context import Context
 
 TARGET_S = 0.300
 
 
-def measure(hosts: int, calls: int, colds: int, workdir: Path) -> dict:
+def run(ctx: Context) -> dict:
+    """Scenario 5 inside ``benchmarks/run``: the checkout under test (--mpiwait-path); the
+    baseline is not run, since versions before --list-ready do not have it."""
+    quick = ctx.reps == 1
+    return measure(
+        64,
+        5 if quick else 30,
+        1 if quick else 5,
+        ctx.workdir / "list-ready",
+        pythonpath=ctx.env()["PYTHONPATH"],
+    )
+
+
+def measure(
+    hosts: int, calls: int, colds: int, workdir: Path, pythonpath: str | None = None
+) -> dict:
     cache = REPO / "benchmarks" / "results" / "pycache"
     with testbed.LoopBed(hosts, workdir / "bed") as lb:
         lb.bed.wait_listening([0])
@@ -37,6 +54,8 @@ def measure(hosts: int, calls: int, colds: int, workdir: Path) -> dict:
         def call(runtime: Path) -> tuple[float, float, int]:
             tail = LogTail(lb.sshd_log)
             env = bench_env(cache, {"XDG_RUNTIME_DIR": str(runtime)})
+            if pythonpath is not None:
+                env["PYTHONPATH"] = pythonpath
             r = run_measured(lb.client_cmd(argv), env=lb.bed.env(env), timeout=120)
             if r.rc != 0:
                 raise SystemExit(f"mpiwait --list-ready failed ({r.rc}): {r.stderr[-500:]}")

@@ -71,12 +71,15 @@ def test_quickest_run_of_every_scenario(tmp_path: Path) -> None:
 
     # with a baseline (here this very checkout), measured side by side as "mpiwait (before)"
     second = _harness(
-        ["--quick", "--scenarios", "load", "--load-hosts", "4", "--down", "3",
+        ["--quick", "--scenarios", "load,listready", "--load-hosts", "4", "--down", "3",
          "--baseline-path", str(REPO)],
         tmp_path / "b",
-        timeout=150,
+        timeout=200,
     )  # fmt: skip
-    (load,) = second["scenarios"]
+    load, listready = second["scenarios"]
+    assert listready["scenario"] == "list-ready" and listready["steady_s"]["n"] == 5
+    assert listready["cold_logins"]["median"] == 64  # the cold call logged into every host
+    assert any(t["target"].startswith("--list-ready") and t["value"] for t in second["targets"])
     assert load["rows"][0]["method"] == "mpiwait"
     assert {r["method"] for r in load["rows"]} == {
         "mpiwait",
