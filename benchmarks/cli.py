@@ -6,6 +6,7 @@ Scenarios (names for --scenarios):
   scale    2. N = 10, 100, 300, 1000 ready hosts: wall, client CPU per host, peak RSS
   startup  3. start-up overhead with 4 ready hosts; --version, --help, the worker role
   load     4. 50 hosts down for 30 s then up: lookups, connects, logins, peak probes/s
+  listready 5. mpiwait --list-ready over 64 ready hosts, called once a second as Horovod does
 
 Writes benchmarks/results/<date-time>/ (results.json, results.md, table.txt, and with --chart
 launch-gap.png); --publish also copies the Markdown (and chart) to benchmarks/RESULTS.md.
@@ -33,7 +34,7 @@ from benchmarks.peers import ALL as ALL_METHODS
 from benchmarks.peers import BEFORE
 from benchmarks.peers import base as base_method
 
-SCENARIOS = ("gap", "gap64", "scale", "startup", "load")
+SCENARIOS = ("gap", "gap64", "scale", "startup", "load", "listready")
 QUICK_GAP_METHODS = ("mpiwait", "dns-entrypoint", "parallel-openssh")  # no 10-s sleeps
 
 
@@ -289,7 +290,7 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> None:
         (out / "results.json").write_text(json.dumps({"scenarios": results}, indent=1))
 
-    from benchmarks import s1_launch_gap, s2_scale, s3_startup, s4_load
+    from benchmarks import s1_launch_gap, s2_scale, s3_startup, s4_load, s5_list_ready
 
     if "gap" in args.scenarios:
         s1_launch_gap.SPREAD = args.spread
@@ -321,6 +322,9 @@ def main(argv: list[str] | None = None) -> int:
         if not have_strace():
             log("warning: strace not found: lookups and peak probes/s are not counted")
         results.append(s4_load.run(ctx, methods=lm, sequential=args.sequential))
+        save()
+    if "listready" in args.scenarios and "mpiwait" in methods:
+        results.append(s5_list_ready.run(ctx))
         save()
 
     meta = {
@@ -370,13 +374,7 @@ def main(argv: list[str] | None = None) -> int:
         + (", launch-gap.png" if chart else "")
     )
     log(f"done in {(time.time() - t_start) / 60:.1f} min; load average {meta['load_after']}")
-    leftovers = [
-        n
-        for n in testbed._list_ns()
-        if n.startswith(testbed.PREFIX)
-        and testbed._bed_of(n)
-        and testbed._bed_of(n).startswith(f"{testbed.PREFIX}{testbed._b36(os.getpid())}-")
-    ]
+    leftovers = [n for n in testbed.bed_names() if testbed.bed_owner(n) == os.getpid()]
     if leftovers:
         log(f"warning: namespaces left behind: {', '.join(leftovers)}")
     return 0

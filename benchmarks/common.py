@@ -23,7 +23,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-import testbed  # noqa: E402, F401  (tests/testbed.py, the test bed library: used from here)
+import testbed  # noqa: E402, F401  (the test bed library, tests/testbed/: used from here)
 
 # The interpreter running the harness runs mpiwait too (never the pyenv shim on PATH, which alone
 # costs ~80 ms a start and would bury what is measured). Not resolved through symlinks: a venv's

@@ -5,7 +5,7 @@ machine is doing.
 On a shared machine CPU time per host moves by 10-20 % from run to run with the load (cache and
 frequency effects, other processes' threads); instruction counts of the same code and inputs
 move by well under 1 %. mpiwait runs under ``valgrind --tool=callgrind`` (all its threads) once
-at a small N and once at a large N against the scale bed (benchmarks/loopbed.py, one sshd, N
+at a small N and once at a large N against the scale bed (testbed.LoopBed, one sshd, N
 names and addresses); the difference divided by the difference in N is the cost of one host, the
 small run is the start-up. With ``--baseline-path`` another checkout runs the same way, and the
 ratio is reported.
@@ -30,13 +30,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from benchmarks.common import PY, REPO, bench_env
-from benchmarks.loopbed import LoopBed
+from benchmarks.common import PY, REPO, bench_env, testbed
 
 
-def instructions(lb: LoopBed, checkout: Path, out: Path, cache: Path) -> int:
+def instructions(lb: testbed.LoopBed, checkout: Path, out: Path, cache: Path) -> int:
     """Instructions (callgrind's Ir, every thread) of one mpiwait run over every host of ``lb``."""
-    env = lb.bed._env(
+    env = lb.bed.env(
         bench_env(
             cache,
             {
@@ -88,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
         work = Path(tmp)
         cache = REPO / "benchmarks" / "results" / "pycache"
         for n in (small, large):
-            with LoopBed(n, work / f"bed{n}") as lb:
+            with testbed.LoopBed(n, work / f"bed{n}") as lb:
                 lb.bed.wait_listening([0])
                 for name, checkout in versions.items():
                     out = work / f"callgrind.{n}.{len(counts[name])}.out"

@@ -71,7 +71,7 @@ def _accepting(pid: int, ns_ino: int, port: int) -> bool:
             return False  # not inside the worker's namespace yet: its table is not the worker's
     except OSError:
         return False
-    return testbed._listening(pid, port) is True
+    return testbed.listening(pid, port) is True
 
 
 def _reset(bed: testbed.TestBed, etc_mpi: Path) -> None:
@@ -102,7 +102,7 @@ def _launch(ctx: Context, slot: _Slot, rep: int) -> None:
         (slot.run_dir / f).write_text("")
     mpirun = [str(ctx.scripts / "rec.sh"), *bed.openmpi_argv(["true"])]
     argv, extra = launcher(ctx.scripts, slot.method, mpirun, ctx.mpiwait_args)
-    env = bed._env(
+    env = bed.env(
         ctx.env(
             {
                 "MW_STARTS": str(slot.run_dir / "starts"),
@@ -138,7 +138,7 @@ def _drive(slots: list[_Slot], offsets: list[float], t0: float) -> None:
         for s in slots:
             for i in started:
                 if s.accept[i] is None:
-                    pid = s.bed._sshd[i].pid
+                    pid = s.bed.sshd_pid(i)
                     if _accepting(pid, s.ns_ino[i], s.bed.hosts[i].port):
                         s.accept[i] = time.time()
         time.sleep(0.001)

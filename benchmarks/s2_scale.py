@@ -1,5 +1,5 @@
 """Scenario 2, scale: N hosts, all ready, each a name and an address of its own (127.1.X.Y) served
-by one sshd in a namespace of its own (benchmarks/loopbed.py). How long until a method has
+by one sshd in a namespace of its own (testbed.LoopBed). How long until a method has
 verified them all, with how much client CPU and memory.
 
 Wall is from spawning the method to its exit; client CPU is user + system time of the method's
@@ -13,9 +13,8 @@ the logins each method made.
 
 from __future__ import annotations
 
-from benchmarks.common import LogTail, Stat, run_measured, sshd_logins
+from benchmarks.common import LogTail, Stat, run_measured, sshd_logins, testbed
 from benchmarks.context import Context
-from benchmarks.loopbed import LoopBed
 from benchmarks.peers import BEFORE, METHODS, base
 
 PEERS_UP_TO = 300  # peers run for N <= this (as the issue asks)
@@ -42,12 +41,12 @@ def run(ctx: Context, *, sizes: list[int], methods: list[str]) -> dict:
                 and (m not in SLOW_PEERS or n <= SLOW_PEER_UP_TO)
             )
         ]
-        with LoopBed(n, ctx.workdir / f"scale{n}") as lb:
+        with testbed.LoopBed(n, ctx.workdir / f"scale{n}") as lb:
             discover = lb.bed.client_dir / "loop-discover_hosts.sh"
             discover.write_text("#!/bin/sh\n" + "".join(f"echo {h}\n" for h in sorted(lb.names)))
             discover.chmod(0o555)
             envs = {
-                m: lb.bed._env(
+                m: lb.bed.env(
                     ctx.env(
                         {
                             "K_MPI_JOB_ROLE": "launcher",

@@ -78,7 +78,7 @@ def run(ctx: Context) -> dict:
             for label, (argv, extra, variant) in cmds.items():
                 r = run_measured(
                     bed.launcher_cmd(argv),
-                    env=bed._env(ctx.env(extra, method=variant)),
+                    env=bed.env(ctx.env(extra, method=variant)),
                     timeout=60,
                 )
                 if r.rc != 0:

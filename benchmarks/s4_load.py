@@ -124,7 +124,7 @@ def _start(ctx: Context, slot: _Slot, rep: int, t0: float) -> None:
     argv, extra = launcher(
         ctx.scripts, slot.method.removesuffix(UNRESOLVED), mpirun, ctx.mpiwait_args
     )
-    env = bed._env(
+    env = bed.env(
         ctx.env(
             {
                 "MW_STARTS": str(slot.run_dir / "starts"),

@@ -1,7 +1,7 @@
 """Scenario 5, Horovod elastic discovery: ``mpiwait --list-ready`` over 64 ready hosts, run once
 a second as horovodrun runs its --host-discovery-script. The target is <= 300 ms a call.
 
-64 hosts on one sshd (benchmarks/loopbed.py), each a name and an address of its own. Measured
+64 hosts on one sshd (testbed.LoopBed), each a name and an address of its own. Measured
 from spawn to exit, in the clients' context (files-only names, the bed's ssh_config):
 
 - ``python -c pass``: the floor of any Python program here;
@@ -10,7 +10,8 @@ from spawn to exit, in the clients' context (files-only names, the bed's ssh_con
   again after 10-30 s, LIST_READY_RECHECK, and re-resolved on every call in between): wall
   per call and logins per call.
 
-Run it alone (root): ``.venv/bin/python -m benchmarks.s5_list_ready [--hosts 64] [--calls 30]``
+``benchmarks/run`` runs it as scenario ``listready``; or alone (root):
+``.venv/bin/python -m benchmarks.s5_list_ready [--hosts 64] [--calls 30]``
 prints a table and writes JSON next to the other results when ``--out DIR`` is given.
 """
 
@@ -23,22 +24,39 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.common import PY, REPO, LogTail, Stat, bench_env, run_measured, sshd_logins
-from benchmarks.loopbed import LoopBed
+from benchmarks.common import PY, REPO, LogTail, Stat, bench_env, run_measured, sshd_logins, testbed
+from benchmarks.context import Context
 
 TARGET_S = 0.300
 
 
-def measure(hosts: int, calls: int, colds: int, workdir: Path) -> dict:
+def run(ctx: Context) -> dict:
+    """Scenario 5 inside ``benchmarks/run``: the checkout under test (--mpiwait-path); the
+    baseline is not run, since versions before --list-ready do not have it."""
+    quick = ctx.reps == 1
+    return measure(
+        64,
+        5 if quick else 30,
+        1 if quick else 5,
+        ctx.workdir / "list-ready",
+        pythonpath=ctx.env()["PYTHONPATH"],
+    )
+
+
+def measure(
+    hosts: int, calls: int, colds: int, workdir: Path, pythonpath: str | None = None
+) -> dict:
     cache = REPO / "benchmarks" / "results" / "pycache"
-    with LoopBed(hosts, workdir / "bed") as lb:
+    with testbed.LoopBed(hosts, workdir / "bed") as lb:
         lb.bed.wait_listening([0])
         argv = [PY, "-m", "mpiwait", "--list-ready", "--hostfile", str(lb.hostfile)]
 
         def call(runtime: Path) -> tuple[float, float, int]:
             tail = LogTail(lb.sshd_log)
             env = bench_env(cache, {"XDG_RUNTIME_DIR": str(runtime)})
-            r = run_measured(lb.client_cmd(argv), env=lb.bed._env(env), timeout=120)
+            if pythonpath is not None:
+                env["PYTHONPATH"] = pythonpath
+            r = run_measured(lb.client_cmd(argv), env=lb.bed.env(env), timeout=120)
             if r.rc != 0:
                 raise SystemExit(f"mpiwait --list-ready failed ({r.rc}): {r.stderr[-500:]}")
             logins, _ = sshd_logins(tail.read())
@@ -47,7 +65,7 @@ def measure(hosts: int, calls: int, colds: int, workdir: Path) -> dict:
             return r.wall, r.cpu, logins
 
         floor = [
-            run_measured(lb.client_cmd([PY, "-c", "pass"]), env=lb.bed._env(bench_env(cache)),
+            run_measured(lb.client_cmd([PY, "-c", "pass"]), env=lb.bed.env(bench_env(cache)),
                          timeout=60)
             for _ in range(5)
         ]  # fmt: skip

@@ -16,7 +16,7 @@ from pathlib import Path
 import click
 
 from mpiwait import __version__
-from mpiwait.errors import ExitCode, Interrupted, MpiwaitError
+from mpiwait.errors import ExitCode, Interrupted, MpiwaitError, interrupted_status
 from mpiwait.settings import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_DISCOVER_HOSTS,
@@ -45,7 +45,8 @@ CONTEXT = {
 EPILOG = """\b
 Exit status: 0 ready (or COMMAND's own status after exec), 2 bad input or option,
 3 permanent failure (key rejected, host key mismatch, unusable key file), 124 deadline passed,
-126 COMMAND not executable, 127 COMMAND not found, 130/143 interrupted by SIGINT/SIGTERM.
+126 COMMAND not executable (or its ssh cannot run: uid without passwd entry),
+127 COMMAND (or the ssh it needs) not found, 130/143 interrupted by SIGINT/SIGTERM.
 Every option can also be set as MPIWAIT_<OPTION> (e.g. MPIWAIT_TIMEOUT=300); flags win.
 """
 
@@ -292,8 +293,8 @@ def parse(argv: list[str]) -> Settings | int:
         else:
             sys.stderr.write(f"mpiwait: error: {message} (see mpiwait --help)\n")
         return ExitCode.USAGE
-    except click.exceptions.Abort:
-        return ExitCode.SIGINT
+    except click.exceptions.Abort:  # click's own KeyboardInterrupt
+        return interrupted_status("SIGINT")
     except click.exceptions.Exit as exc:
         return exc.exit_code
     if isinstance(result, Settings):

@@ -52,6 +52,15 @@ class LaunchError(MpiwaitError):
         self.exit_code = exit_code
 
 
+def interrupted_status(signal_name: str | None) -> ExitCode:
+    """The exit status of a run ended by a signal, wherever the run noticed it (the handler's
+    exception, the waiter's result, click's Abort): 128 + the signal's number, as a shell says.
+
+    Only SIGINT and SIGTERM are handled; anything else (no name known) counts as SIGINT.
+    """
+    return ExitCode.SIGTERM if signal_name == "SIGTERM" else ExitCode.SIGINT
+
+
 class Interrupted(BaseException):
     """SIGINT or SIGTERM arrived while waiting; raised from the signal handler."""
 
@@ -61,5 +70,5 @@ class Interrupted(BaseException):
         self.name = name
 
     @property
-    def exit_code(self) -> int:
-        return 128 + self.signum
+    def exit_code(self) -> ExitCode:
+        return interrupted_status(self.name)

@@ -87,6 +87,12 @@ def load_identity(path: str) -> Identity:
     return Identity(path=path, key=key)
 
 
+def present_identity_files(paths: Iterable[str], *, defaults: bool) -> tuple[str, ...]:
+    """The identity files ssh will try: OpenSSH skips a default one (no IdentityFile, no -i)
+    that does not exist, while a file the user named stays, to be reported if it is missing."""
+    return tuple(path for path in paths if not defaults or os.path.lexists(path))
+
+
 class IdentityCache:
     """Loads each identity file once, however many hosts use it (thread-safe)."""
 
@@ -102,9 +108,7 @@ class IdentityCache:
         """
         paths = tuple(paths)
         found: list[Identity] = []
-        for path in paths:
-            if defaults and not os.path.lexists(path):
-                continue
+        for path in present_identity_files(paths, defaults=defaults):
             with self._lock:
                 cached = self._loaded.get(path)
                 if cached is None:

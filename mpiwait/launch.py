@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Mapping, Sequence
+from typing import NoReturn
 
 from mpiwait.errors import ExitCode, LaunchError
 
@@ -111,23 +112,34 @@ def _configured_agent(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[
 
 
 def check_remote_agent(
-    argv: Sequence[str], environ: Mapping[str, str], path: str | None = None
+    argv: Sequence[str],
+    environ: Mapping[str, str],
+    path: str | None = None,
+    uid: int | None = None,
 ) -> str | None:
     """Before waiting: can COMMAND reach the workers once they are ready?
 
     For an MPI launcher that starts its workers over ssh (mpirun, mpiexec*, horovodrun), no
     ``ssh`` on PATH, or no program for the agent the user configured instead, is a LaunchError
-    (127): mpirun would fail at once after all the waiting. Returns a warning instead where it
-    cannot be sure (deepspeed, a batch scheduler's allocation), else None.
+    (127), and an ssh that will refuse to run because ``uid`` (default: ours) has no passwd
+    entry is one too (126): mpirun would fail at once after all the waiting. Returns a warning
+    instead where it cannot be sure (deepspeed, a batch scheduler's allocation), else None.
     """
     name = os.path.basename(argv[0])
     if name not in MPI_LAUNCHERS and not _is_ssh_launcher(name):
         return None
+    uid = os.getuid() if uid is None else uid
     agent = _configured_agent(argv, environ)
     if agent is not None:
         command, where = agent
+        if not command:
+            return None
         programs = [part.split()[0] for part in command.split(":") if part.split()]
-        if not command or any(shutil.which(p, path=path) for p in programs):
+        # Open MPI takes the first of the alternatives that is found.
+        used = next((p for p in programs if shutil.which(p, path=path)), None)
+        if used is not None:
+            if os.path.basename(used) == "ssh":
+                _check_ssh_runs_as(uid, name)
             return None
         raise LaunchError(
             f"{name} is set to reach the workers with {command!r} ({where}), "
@@ -135,9 +147,12 @@ def check_remote_agent(
             ExitCode.NOT_FOUND,
             hint=f"install it in the launcher image, or fix {where}",
         )
+    scheduler = any(environ.get(v) for v in _SCHEDULER_VARIABLES)
     if shutil.which("ssh", path=path) is not None:
+        if _is_ssh_launcher(name) and not scheduler:
+            _check_ssh_runs_as(uid, name)
         return None
-    if not _is_ssh_launcher(name) or any(environ.get(v) for v in _SCHEDULER_VARIABLES):
+    if not _is_ssh_launcher(name) or scheduler:
         return f"no ssh client on PATH; {name} may need one to reach the workers"
     raise LaunchError(
         f"{name} needs an ssh client to start processes on the workers, and there is no ssh "
@@ -148,13 +163,32 @@ def check_remote_agent(
     )
 
 
+def _check_ssh_runs_as(uid: int, launcher: str) -> None:
+    """OpenSSH's ssh looks up its own user first and exits ("No user exists for uid N") when
+    the uid has no passwd entry, as an arbitrary uid (OpenShift, ``runAsUser``) often has not:
+    the hosts would pass mpiwait's probes (paramiko needs no passwd entry) and mpirun fail."""
+    import pwd
+
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        raise LaunchError(
+            f"{launcher} starts processes on the workers with ssh, which refuses to run as uid "
+            f"{uid}: it has no passwd entry (ssh: No user exists for uid {uid})",
+            ExitCode.NOT_EXECUTABLE,
+            hint="run the launcher as a uid with a passwd entry (add one to the image's "
+            "/etc/passwd, or with nss_wrapper), or use mpiwait as an initContainer without "
+            "COMMAND",
+        ) from None
+
+
 def is_mpi_launcher(command: str) -> bool:
     """Whether ``command`` starts an MPI job (mpirun, mpiexec*, horovodrun, deepspeed, ...)."""
     name = os.path.basename(command)
     return name in MPI_LAUNCHERS or _is_ssh_launcher(name)
 
 
-def exec_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+def exec_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> NoReturn:
     """Replace this process with COMMAND (in ``env``, else ours); returns only by raising
     LaunchError."""
     try:

@@ -54,15 +54,7 @@ def list_ready(settings: Settings, environ: Mapping[str, str], out: TextIO | Non
             "and --hosts is not given",
             hint="mount the mpi-job-config volume at /etc/mpi, or pass --hostfile / --hosts",
         )
-    # Horovod starts processes on its own machine without ssh (it compares addresses), so
-    # entries naming this machine are listed as they are, without a login.
-    listed: list[Host] = []
-    for host in snapshot.hosts:
-        if ":" in host.name:  # only an IPv6 literal has one, once hosts.py has checked it
-            # Horovod splits each line at ':' into exactly host and slots.
-            reporter.info(f"warning: {host.name}: an IPv6 address cannot be given to Horovod")
-        else:
-            listed.append(host)
+    listed = _listable(snapshot, reporter)
     if not listed:
         _print(out, _self_hosts(snapshot))
         return 0
@@ -92,6 +84,33 @@ def list_ready(settings: Settings, environ: Mapping[str, str], out: TextIO | Non
     if to_probe:
         outcomes = _probe(settings, lookups, to_probe)
 
+    ready = _ready(listed, keep, outcomes, reporter)  # adds this call's passes to keep
+    cache.save(keep)
+    _print(out, [*_self_hosts(snapshot), *ready])
+    return 0
+
+
+def _listable(snapshot: Snapshot, reporter: Reporter) -> list[Host]:
+    """The hosts Horovod can be given; entries naming this machine are not among them (they
+    are listed as they are, without a login: Horovod starts those without ssh)."""
+    listed: list[Host] = []
+    for host in snapshot.hosts:
+        if ":" in host.name:  # only an IPv6 literal has one, once hostfile_syntax has checked it
+            # Horovod splits each line at ':' into exactly host and slots.
+            reporter.info(f"warning: {host.name}: an IPv6 address cannot be given to Horovod")
+        else:
+            listed.append(host)
+    return listed
+
+
+def _ready(
+    listed: list[Host],
+    keep: dict[str, readycache.Entry],
+    outcomes: dict[str, tuple[Outcome, readycache.Entry | None]],
+    reporter: Reporter,
+) -> list[Host]:
+    """The hosts to print, in the sources' order: remembered, or passed this call (added to
+    ``keep``); a host refused for good is named on stderr."""
     ready: list[Host] = []
     for host in listed:
         outcome, entry = outcomes.get(host.name, (None, None))
@@ -104,9 +123,7 @@ def list_ready(settings: Settings, environ: Mapping[str, str], out: TextIO | Non
         elif outcome is not None and outcome.status is Status.FATAL:
             # Time will not fix it and Horovod would blacklist the host: say why, every call.
             reporter.info(f"warning: {host.name} not listed: {outcome.detail}")
-    cache.save(keep)
-    _print(out, [*_self_hosts(snapshot), *ready])
-    return 0
+    return ready
 
 
 def _probe(

@@ -182,56 +182,13 @@ class Prober:
         transport.handshake_timeout = timeout
         transport.auth_timeout = timeout
         try:
-            if target.strict_host_key_checking != "no":
-                try:
-                    kh_address, kh_port = target.known_hosts_address
-                    known = self._host_keys.known_types(
-                        address=kh_address, port=kh_port, files=target.known_hosts_files
-                    )
-                except PermanentError as exc:
-                    return Outcome(Status.FATAL, Stage.SSH, "host-key", exc.message, exc.hint)
-                _prefer_host_key_types(transport, known)
-            try:
-                transport.start_client(timeout=timeout)
-            except paramiko.SSHException as exc:
-                closed = isinstance(exc.__context__, (EOFError, ConnectionError))
-                if "banner" in str(exc).lower() and closed:
-                    # paramiko says "Error reading SSH protocol banner" for a close (or a reset)
-                    # as for a timeout; only its cause tells them apart. sshd closes at once
-                    # when it is past MaxStartups (after a line "Exceeded MaxStartups").
-                    return _retry(
-                        Stage.SSH,
-                        "closed",
-                        "connection closed before the SSH banner; is sshd at its "
-                        "MaxStartups limit?",
-                    )
-                if "banner" in str(exc).lower():
-                    return _retry(Stage.SSH, "no-banner", f"no SSH banner within {timeout:g}s")
-                return _retry(Stage.SSH, "handshake", f"SSH handshake failed: {exc}")
-            except (EOFError, OSError) as exc:
-                return _retry(Stage.SSH, "handshake", f"SSH handshake failed: {_oserror(exc)}")
-            if not transport.initial_kex_done:
-                # start_client returns silently, without an exception, when its own timeout
-                # passes first: tell a port that never sent a banner from a stalled key exchange.
-                if not transport.remote_version:
-                    return _retry(Stage.SSH, "no-banner", f"no SSH banner within {timeout:g}s")
-                return _retry(Stage.SSH, "handshake", f"no SSH key exchange within {timeout:g}s")
-            server_key = transport.get_remote_server_key()
-            try:
-                kh_address, kh_port = target.known_hosts_address
-                self._host_keys.check(
-                    host=target.host,
-                    address=kh_address,
-                    port=kh_port,
-                    key=server_key,
-                    strict=target.strict_host_key_checking,
-                    files=target.known_hosts_files,
-                )
-            except PermanentError as exc:
-                return Outcome(Status.FATAL, Stage.SSH, "host-key", exc.message, exc.hint)
-            outcome = self._authenticate(transport, target, identities)
-            if outcome is not None:
-                return outcome
+            failed = (
+                self._handshake(transport, target, timeout)
+                or self._check_host_key(transport, target)
+                or self._authenticate(transport, target, identities)
+            )
+            if failed is not None:
+                return failed
             if self._config.remote_command:
                 return self._run_remote(transport, self._config.remote_command, timeout)
             return READY
@@ -239,6 +196,50 @@ class Prober:
             return _retry(Stage.SSH, "handshake", f"SSH session failed: {_oserror(exc)}")
         finally:
             transport.close()
+
+    def _handshake(self, transport, target: SSHTarget, timeout: float) -> Outcome | None:
+        """Banner and key exchange, asking first for the host key types known_hosts lists;
+        None when the session is set up."""
+        import paramiko
+
+        if target.strict_host_key_checking != "no":
+            try:
+                kh_address, kh_port = target.known_hosts_address
+                known = self._host_keys.known_types(
+                    address=kh_address, port=kh_port, files=target.known_hosts_files
+                )
+            except PermanentError as exc:
+                return Outcome(Status.FATAL, Stage.SSH, "host-key", exc.message, exc.hint)
+            _prefer_host_key_types(transport, known)
+        try:
+            transport.start_client(timeout=timeout)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            return _before_banner(transport, exc, timeout) or _retry(
+                Stage.SSH, "handshake", f"SSH handshake failed: {_oserror(exc)}"
+            )
+        if not transport.initial_kex_done:
+            # start_client returns silently, without an exception, when its own timeout
+            # passes first: tell a port that never sent a banner from a stalled key exchange.
+            if not transport.remote_version:
+                return _retry(Stage.SSH, "no-banner", f"no SSH banner within {timeout:g}s")
+            return _retry(Stage.SSH, "handshake", f"no SSH key exchange within {timeout:g}s")
+        return None
+
+    def _check_host_key(self, transport, target: SSHTarget) -> Outcome | None:
+        """StrictHostKeyChecking against the key the server showed; None when it passes."""
+        try:
+            kh_address, kh_port = target.known_hosts_address
+            self._host_keys.check(
+                host=target.host,
+                address=kh_address,
+                port=kh_port,
+                key=transport.get_remote_server_key(),
+                strict=target.strict_host_key_checking,
+                files=target.known_hosts_files,
+            )
+        except PermanentError as exc:
+            return Outcome(Status.FATAL, Stage.SSH, "host-key", exc.message, exc.hint)
+        return None
 
     def _authenticate(self, transport, target: SSHTarget, identities) -> Outcome | None:
         import paramiko
@@ -285,6 +286,33 @@ class Prober:
         if status != 0:
             return _retry(Stage.SSH, "remote-command", f"{command!r} exited with status {status}")
         return READY
+
+
+def _before_banner(transport, exc: BaseException, timeout: float) -> Outcome | None:
+    """The outcome when ``start_client`` failed before the server's SSH banner arrived, else
+    None (the failure came later, in the key exchange).
+
+    paramiko raises a plain SSHException ("Error reading SSH protocol banner...") whether the
+    server closed the connection or stayed silent; no subclass or attribute says which. What
+    does: ``remote_version`` stays empty until a banner has been read, and the SSHException is
+    raised while handling the socket's own error, which ``__context__`` keeps (EOFError or a
+    reset for a close, a timeout for silence). A reset that hits the sending of our own banner
+    comes as the OSError itself. tests/test_probes_paramiko.py pins this against the installed
+    paramiko.
+    """
+    if transport.remote_version:
+        return None
+    cause = exc if isinstance(exc, (EOFError, OSError)) else exc.__context__
+    if isinstance(cause, (EOFError, ConnectionError)):
+        # sshd closes at once when it is past MaxStartups (after a line "Exceeded MaxStartups").
+        return _retry(
+            Stage.SSH,
+            "closed",
+            "connection closed before the SSH banner; is sshd at its MaxStartups limit?",
+        )
+    if isinstance(cause, TimeoutError):  # socket.timeout is TimeoutError
+        return _retry(Stage.SSH, "no-banner", f"no SSH banner within {timeout:g}s")
+    return None
 
 
 def _prefer_host_key_types(transport, known: tuple[str, ...]) -> None:

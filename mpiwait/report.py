@@ -1,7 +1,9 @@
-"""Events to text for people (``kubectl logs``), JSON lines for machines, and the final summary.
+"""Events to text for people (``kubectl logs``), JSON lines for machines, and the final summary;
+and the plan ``--dry-run`` prints.
 
-All of it goes to stderr: the COMMAND's stdout stays the COMMAND's. Lines are written and
-flushed one at a time so they survive the ``execvp`` that follows a successful wait.
+Events go to stderr: the COMMAND's stdout stays the COMMAND's. Lines are written and flushed one
+at a time so they survive the ``execvp`` that follows a successful wait. Only the plan, which
+is what ``--dry-run`` was asked for, goes to stdout.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from mpiwait.events import (
     End,
@@ -30,6 +32,10 @@ from mpiwait.events import (
     WaitStarted,
 )
 from mpiwait.settings import LogFormat
+
+if TYPE_CHECKING:
+    from mpiwait.hosts import Snapshot
+    from mpiwait.probes import Prober
 
 PREFIX = "mpiwait: "
 # Above this many hosts a line per host would bury the log; hosts are reported in groups.
@@ -334,3 +340,45 @@ def write_termination_log(path: Path | None, lines: list[str], *, create: bool =
             stream.write(data)
     except OSError:
         return
+
+
+def print_plan(prober: Prober, snapshot: Snapshot, out: TextIO | None = None) -> None:
+    """``--dry-run``: each host's address, port, user and the keys ssh will try, on stdout."""
+    from mpiwait.keys import present_identity_files
+
+    out = out if out is not None else sys.stdout
+    names = snapshot.names
+    out.write(f"# {len(names)} hosts from: {'; '.join(snapshot.sources) or 'no source'}\n")
+    if snapshot.skipped_self:
+        out.write(
+            f"# this machine: {', '.join(snapshot.skipped_self)} (no login; "
+            "only its name must resolve)\n"
+        )
+    for name in names:
+        target = prober.target(name)
+        keys = present_identity_files(target.identity_files, defaults=target.identities_default)
+        out.write(
+            f"{name} address={target.address} port={target.port} user={target.user} "
+            f"identity={','.join(keys) or '(none found)'} "
+            f"strict_host_key_checking={target.strict_host_key_checking} "
+            f"connect_timeout={prober.timeout_for(target):g}\n"
+        )
+    out.flush()
+
+
+def print_launch_plan(description: str, lines: Iterable[str], out: TextIO | None = None) -> None:
+    """``--dry-run`` with an MPI COMMAND: which MPI, and what the launch would be handed."""
+    out = out if out is not None else sys.stdout
+    out.write(f"# launch: {description}\n")
+    out.write("".join(f"# {line}\n" for line in lines))
+    out.flush()
+
+
+def print_worker_plan(role_line: str, command: tuple[str, ...], out: TextIO | None = None) -> None:
+    """``--dry-run`` on a worker: mpiwait would wait for no one, only exec COMMAND (or exit)."""
+    import shlex
+
+    out = out if out is not None else sys.stdout
+    out.write(f"# {role_line}: not waiting for any host\n")
+    out.write(f"exec {shlex.join(command)}\n" if command else "exit 0\n")
+    out.flush()

@@ -5,13 +5,12 @@ from __future__ import annotations
 import gc
 import math
 import os
-import signal
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from mpiwait.errors import ExitCode, InputError, MpiwaitError
-from mpiwait.events import End, WaitStarted
-from mpiwait.hosts import HostSources, Snapshot
+from mpiwait.errors import ExitCode, InputError, MpiwaitError, interrupted_status
+from mpiwait.events import End, Outcome, WaitStarted
+from mpiwait.hosts import HostSources, Snapshot, rereader
 from mpiwait.launch import (
     ROLE_VARIABLE,
     check_remote_agent,
@@ -20,7 +19,14 @@ from mpiwait.launch import (
     is_mpi_launcher,
     worker_role,
 )
-from mpiwait.report import Reporter, summary_lines, write_termination_log
+from mpiwait.report import (
+    Reporter,
+    print_launch_plan,
+    print_plan,
+    print_worker_plan,
+    summary_lines,
+    write_termination_log,
+)
 from mpiwait.settings import (
     DEFAULT_RETRY_INITIAL,
     DEFAULT_RETRY_MAX,
@@ -31,8 +37,9 @@ from mpiwait.settings import (
     Settings,
 )
 
-if TYPE_CHECKING:  # handover.py is imported on the launcher path only, when COMMAND is given
+if TYPE_CHECKING:  # handover.py and probes.py are imported only on the paths that use them
     from mpiwait.handover import Handover, Interface
+    from mpiwait.probes import Prober
 
 _END_STATUS = {
     End.READY: ExitCode.OK,
@@ -64,63 +71,91 @@ def run(settings: Settings, environ: Mapping[str, str]) -> int:
 
 def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     reporter = Reporter(settings.log_format, settings.quiet)
-    role = worker_role(environ)
-    if role is not None:
-        # One image serves launcher and workers: on a worker, step aside at once.
-        if settings.dry_run:
-            import shlex
-
-            print(f"# {ROLE_VARIABLE}={role}: not waiting for any host")
-            print(f"exec {shlex.join(settings.command)}" if settings.command else "exit 0")
-            return ExitCode.OK
-        if not settings.command:
-            reporter.info(f"K_MPI_JOB_ROLE={role}: nothing to wait for")
-            return ExitCode.OK
-        exec_command(settings.command)
+    if worker_role(environ) is not None:
+        return _step_aside(settings, environ, reporter)
     if settings.command and not settings.dry_run:
-        find_command(settings.command)  # 127/126 now, not after minutes of waiting
-        warning = check_remote_agent(settings.command, environ)  # mpirun without ssh: 127
-        if warning:
-            reporter.info(f"warning: {warning}")
-
+        _check_command(settings, environ, reporter)
     launch = _recognise(settings, environ, reporter)
     sources = HostSources.from_settings(settings, environ)
-    first = sources.read()
-    if settings.hosts_option is None and not first.sources:
-        if _is_node(settings):
-            # Kubeflow Trainer v2 mounts the hostfile in the launcher only and sets no role
-            # variable: a pod with neither, whose COMMAND starts no MPI launch (sshd), is a
-            # node. A launcher (its COMMAND is mpirun) without its hostfile is still an error.
-            reporter.info(
-                f"no {settings.hostfile}, no {settings.discover_hosts} and no K_MPI_JOB_ROLE, "
-                f"and {os.path.basename(settings.command[0])} is no MPI launcher: a worker "
-                "(node) pod; nothing to wait for"
-            )
-            exec_command(settings.command)
-        raise InputError(
-            f"no host source: neither {settings.hostfile} nor {settings.discover_hosts} exists "
-            "and --hosts is not given",
-            hint="an initContainer must mount the mpi-job-config volume at /etc/mpi itself; "
-            "or pass --hostfile / --hosts",
-        )
+    first = _read_first(settings, sources, reporter)
 
-    from mpiwait.probes import ProbeConfig, Prober, prober_for
+    from mpiwait.probes import prober_for
     from mpiwait.resolver import lookup_pool
 
     prober = prober_for(settings, lookup_pool(settings.parallel))
-    resolver = prober.resolver
-    # An entry naming this machine gets no login (the launcher runs no sshd), but the MPI
-    # ssh's to it unless it resolves to this machine: it must resolve, as ssh resolves it.
-    self_prober = Prober(ProbeConfig(Check.DNS, settings.connect_timeout), resolver)
-    is_self = sources.self_names.is_self
-    names = _names(first)
     if settings.dry_run:
-        _print_plan(names, prober, first)
-        _print_launch(settings, environ, launch, first)
+        print_plan(prober, first)
+        if launch is not None:
+            handover = _plan(settings, environ, launch, None, first.skipped_self)
+            print_launch_plan(launch.describe(), handover.lines())
         return ExitCode.OK
     # ssh settings ssh would refuse (exit 2), unusable key files (exit 3): before any waiting
-    prober.preflight(names)
+    prober.preflight(first.names)
+    reporter(_started(settings, prober, first, launch))
+    # Everything loaded so far (modules, config, keys) lives until exec: freezing it keeps the
+    # cyclic collector from scanning it again and again while thousands of logins allocate
+    # (the collector was ~7% of the CPU of a login here).
+    gc.freeze()
+    attempt = _attempt(settings, prober, sources.self_names.is_self)
+    result = _wait(settings, sources, first.names + first.skipped_self, attempt, reporter)
+    reporter(result)
+    if result.end is End.READY:
+        _hand_over(settings, environ, launch, prober, result, sources.self_names.is_self, reporter)
+        return ExitCode.OK
+    write_termination_log(
+        settings.termination_log, summary_lines(result), create=settings.termination_log_explicit
+    )
+    if result.end is End.INTERRUPTED:
+        return interrupted_status(result.signal_name)
+    return _END_STATUS[result.end]
 
+
+def _step_aside(settings: Settings, environ: Mapping[str, str], reporter: Reporter) -> int:
+    """On a worker (one image serves launcher and workers): exec COMMAND at once, or exit 0."""
+    role = worker_role(environ)
+    if settings.dry_run:
+        print_worker_plan(f"{ROLE_VARIABLE}={role}", settings.command)
+        return ExitCode.OK
+    if not settings.command:
+        reporter.info(f"{ROLE_VARIABLE}={role}: nothing to wait for")
+        return ExitCode.OK
+    exec_command(settings.command)
+
+
+def _check_command(settings: Settings, environ: Mapping[str, str], reporter: Reporter) -> None:
+    """Will COMMAND run once the hosts are ready? Said now, not after minutes of waiting."""
+    find_command(settings.command)  # 127/126
+    warning = check_remote_agent(settings.command, environ)  # mpirun without ssh: 127
+    if warning:
+        reporter.info(f"warning: {warning}")
+
+
+def _read_first(settings: Settings, sources: HostSources, reporter: Reporter) -> Snapshot:
+    """The sources' first reading; with none at all, either a node pod (exec) or an error."""
+    first = sources.read()
+    if settings.hosts_option is not None or first.sources:
+        return first
+    if _is_node(settings):
+        # Kubeflow Trainer v2 mounts the hostfile in the launcher only and sets no role
+        # variable: a pod with neither, whose COMMAND starts no MPI launch (sshd), is a
+        # node. A launcher (its COMMAND is mpirun) without its hostfile is still an error.
+        reporter.info(
+            f"no {settings.hostfile}, no {settings.discover_hosts} and no {ROLE_VARIABLE}, "
+            f"and {os.path.basename(settings.command[0])} is no MPI launcher: a worker "
+            "(node) pod; nothing to wait for"
+        )
+        exec_command(settings.command)
+    raise InputError(
+        f"no host source: neither {settings.hostfile} nor {settings.discover_hosts} exists "
+        "and --hosts is not given",
+        hint="an initContainer must mount the mpi-job-config volume at /etc/mpi itself; "
+        "or pass --hostfile / --hosts",
+    )
+
+
+def _started(settings: Settings, prober: Prober, first: Snapshot, launch) -> WaitStarted:
+    """The start line, with the notes on what mpiwait's probe does differently from ssh."""
+    resolver = prober.resolver
     notes: list[str] = []
     if settings.check is Check.SSH:
         notes.extend(resolver.offered_by_ssh_only())
@@ -129,55 +164,54 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
             "no ssh config sets StrictHostKeyChecking: accepting unknown host keys without "
             "storing them (a probe only authenticates by public key and sends nothing secret)"
         )
-    reporter(
-        WaitStarted(
-            hosts=names + first.skipped_self,
-            sources=first.sources,
-            skipped_self=first.skipped_self,
-            check=settings.check.value,
-            timeout=settings.timeout,
-            notes=tuple(notes),
-            launch=launch.describe() if launch else "",
-        )
+    return WaitStarted(
+        hosts=first.names + first.skipped_self,
+        sources=first.sources,
+        skipped_self=first.skipped_self,
+        check=settings.check.value,
+        timeout=settings.timeout,
+        notes=tuple(notes),
+        launch=launch.describe() if launch else "",
     )
-    # Everything loaded so far (modules, config, keys) lives until exec: freezing it keeps the
-    # cyclic collector from scanning it again and again while thousands of logins allocate
-    # (the collector was ~7% of the CPU of a login here).
-    gc.freeze()
 
-    def attempt(host: str):
+
+def _attempt(
+    settings: Settings, prober: Prober, is_self: Callable[[str], bool]
+) -> Callable[[str], Outcome]:
+    """One attempt at a host: the full check, or for an entry naming this machine its name only.
+
+    That entry gets no login (the launcher runs no sshd), but the MPI ssh's to it unless it
+    resolves to this machine: it must resolve, as ssh resolves it.
+    """
+    from mpiwait.probes import ProbeConfig, Prober
+
+    self_prober = Prober(ProbeConfig(Check.DNS, settings.connect_timeout), prober.resolver)
+
+    def attempt(host: str) -> Outcome:
         own = not settings.include_self and is_self(host)
         return (self_prober if own else prober).attempt(host)
 
-    result = _wait(settings, sources, names + first.skipped_self, attempt, reporter)
-    reporter(result)
-    if result.end is End.READY:
-        hosts = tuple(h.host for h in result.hosts)
-        if settings.command:
-            if launch is None:
-                exec_command(settings.command)
-            else:
-                handover = _handover(settings, environ, launch, prober, hosts, is_self)
-                for line in handover.lines():
-                    reporter.info(line)
-                exec_command(settings.command, env=handover.environ(environ))
-        elif settings.launch_env:
-            from mpiwait.handover import advice_without_command
+    return attempt
 
-            interface = _interface(prober, hosts, is_self)
-            for line in advice_without_command(*_hostfile_text(settings), interface):
+
+def _hand_over(settings, environ, launch, prober, result, is_self, reporter: Reporter) -> None:
+    """All ready: exec COMMAND (with what the launch is handed), or log the initContainer's
+    advice and return."""
+    hosts = tuple(h.host for h in result.hosts)
+    if settings.command:
+        if launch is None:
+            exec_command(settings.command)
+        else:
+            handover = _handover(settings, environ, launch, prober, hosts, is_self)
+            for line in handover.lines():
                 reporter.info(line)
-        return ExitCode.OK
-    write_termination_log(
-        settings.termination_log, summary_lines(result), create=settings.termination_log_explicit
-    )
-    if result.end is End.INTERRUPTED:
-        return 128 + (signal.SIGTERM if result.signal_name == "SIGTERM" else signal.SIGINT)
-    return _END_STATUS[result.end]
+            exec_command(settings.command, env=handover.environ(environ))
+    elif settings.launch_env:
+        from mpiwait.handover import advice_without_command
 
-
-def _names(snapshot: Snapshot) -> tuple[str, ...]:
-    return tuple(host.name for host in snapshot.hosts)
+        interface = _interface(prober, hosts, is_self)
+        for line in advice_without_command(*_hostfile_text(settings), interface):
+            reporter.info(line)
 
 
 def _recognise(settings: Settings, environ: Mapping[str, str], reporter: Reporter):
@@ -213,6 +247,12 @@ def _interface(prober, hosts: tuple[str, ...], is_self: Callable[[str], bool]) -
 
 
 def _handover(settings, environ, launch, prober, hosts, is_self) -> Handover:
+    interface = _interface(prober, hosts, is_self)
+    return _plan(settings, environ, launch, interface, tuple(h for h in hosts if is_self(h)))
+
+
+def _plan(settings, environ, launch, interface, self_entries: tuple[str, ...]) -> Handover:
+    """What the launch is handed; ``interface`` None: not known (a dry run connects nowhere)."""
     import socket
 
     from mpiwait.handover import plan
@@ -221,8 +261,8 @@ def _handover(settings, environ, launch, prober, hosts, is_self) -> Handover:
         launch,
         settings.command,
         environ,
-        interface=_interface(prober, hosts, is_self),
-        self_entries=tuple(h for h in hosts if is_self(h)),
+        interface=interface,
+        self_entries=self_entries,
         hostname=socket.gethostname(),
     )
 
@@ -238,32 +278,12 @@ def _hostfile_text(settings: Settings) -> tuple[str | None, str | None]:
         return None, None
 
 
-def _print_launch(settings: Settings, environ, launch, snapshot: Snapshot) -> None:
-    if launch is None:
-        return
-    print(f"# launch: {launch.describe()}")
-    import socket
-
-    from mpiwait.handover import plan
-
-    handover = plan(
-        launch,
-        settings.command,
-        environ,
-        interface=None,
-        self_entries=snapshot.skipped_self,
-        hostname=socket.gethostname(),
-    )
-    for line in handover.lines():
-        print(f"# {line}")
-
-
 def _wait(settings, sources: HostSources, names, attempt, reporter):
     from mpiwait.waiter import ThreadRunner, WaitPolicy, wait_for_hosts
 
     return wait_for_hosts(
         first=names,
-        read_hosts=_reread(sources, names, reporter),
+        read_hosts=rereader(sources, names, reporter.info),
         runner=ThreadRunner(attempt, settings.parallel),
         policy=WaitPolicy(
             timeout=settings.timeout,
@@ -279,49 +299,3 @@ def _wait(settings, sources: HostSources, names, attempt, reporter):
         ),
         emit=reporter,
     )
-
-
-def _reread(
-    sources: HostSources, first: tuple[str, ...], reporter: Reporter
-) -> Callable[[], tuple[tuple[str, ...], tuple[str, ...]]]:
-    """The waiting loop's once-a-second ``sources.read()``, tolerant of passing failures."""
-    last: list = [(first, ())]
-    reported: list[str] = []
-
-    def read_hosts() -> tuple[tuple[str, ...], tuple[str, ...]]:
-        try:
-            snapshot = sources.read()
-        except InputError as exc:
-            # The sources read fine at the start; a discover script that failed once or a
-            # file caught mid-rewrite must not end a wait that is going well. Keep the last
-            # good list (hosts once listed stay waited for anyway) and try again next time.
-            if exc.message not in reported:
-                reported.append(exc.message)
-                reporter.info(f"warning: keeping the hosts read before: {exc.message}")
-            return last[0]
-        last[0] = (_names(snapshot) + snapshot.skipped_self, snapshot.sources)
-        return last[0]
-
-    return read_hosts
-
-
-def _print_plan(names: tuple[str, ...], prober, snapshot: Snapshot) -> None:
-    print(f"# {len(names)} hosts from: {'; '.join(snapshot.sources) or 'no source'}")
-    if snapshot.skipped_self:
-        print(
-            f"# this machine: {', '.join(snapshot.skipped_self)} (no login; "
-            "only its name must resolve)"
-        )
-    for name in names:
-        target = prober.target(name)
-        keys = [
-            path
-            for path in target.identity_files
-            if not target.identities_default or os.path.lexists(path)
-        ]
-        print(
-            f"{name} address={target.address} port={target.port} user={target.user} "
-            f"identity={','.join(keys) or '(none found)'} "
-            f"strict_host_key_checking={target.strict_host_key_checking} "
-            f"connect_timeout={prober.timeout_for(target):g}"
-        )

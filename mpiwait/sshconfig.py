@@ -194,6 +194,34 @@ class SSHResolver:
         )
         tokens["j"] = opts.proxy_jump or ""
 
+        identities, identities_default = self._identity_files(opts, tokens, host)
+        known_hosts = self._known_hosts_files(opts, tokens, host)
+        offered = self._offered_by_ssh_only(opts, identities)
+        timeout = scalars.get("connecttimeout")
+        seconds = parse_time(timeout) if timeout not in (None, "none") else None
+        policy = scalars.get("stricthostkeychecking")
+        return SSHTarget(
+            host=host,
+            address=address,
+            port=port,
+            user=user,
+            identity_files=identities,
+            identities_default=identities_default,
+            strict_host_key_checking=_HOST_KEY_POLICIES[policy.lower()] if policy else "unset",
+            known_hosts_files=known_hosts,
+            # ConnectTimeout 0 and none both leave ssh with the kernel's connect timeout
+            # (minutes): "not set", so the caller applies its own default.
+            connect_timeout=float(seconds) if seconds else None,
+            config_files=self._config_files,
+            host_key_alias=ascii_lower(alias) if alias else None,
+            offered_by_ssh_only=offered,
+        )
+
+    def _identity_files(
+        self, opts: Options, tokens: Mapping, host: str
+    ) -> tuple[tuple[str, ...], bool]:
+        """The key files ssh will try, expanded, and whether missing ones are skipped (ssh's
+        defaults and the config's) rather than an error (named with -i)."""
         if self._identity_overrides:
             raw_identities: Iterable[tuple[str, str]] = (
                 (path, "--identity-file") for path in self._identity_overrides
@@ -215,12 +243,15 @@ class SSHResolver:
             for value, where in raw_identities
             if value.lower() != "none"  # "IdentityFile none": no key files at all
         )
+        return identities, identities_default
 
+    def _known_hosts_files(self, opts: Options, tokens: Mapping, host: str) -> tuple[str, ...]:
+        """The user's known_hosts files (expanded) then the global ones, "none" left out."""
         user_files = opts.user_known_hosts or list(DEFAULT_USER_KNOWN_HOSTS)
         # ssh expands neither ~ nor %-tokens in GlobalKnownHostsFile.
         global_files = opts.global_known_hosts or list(DEFAULT_GLOBAL_KNOWN_HOSTS)
         known_where = opts.where["userknownhostsfile"].where if opts.user_known_hosts else ""
-        known_hosts = _unique(
+        return _unique(
             [
                 *(
                     self._expand_path(f, tokens, host, f"{known_where}: UserKnownHostsFile")
@@ -229,27 +260,6 @@ class SSHResolver:
                 ),
                 *(f for f in global_files if f.lower() not in _NO_FILE),
             ]
-        )
-
-        offered = self._offered_by_ssh_only(opts, identities)
-        timeout = scalars.get("connecttimeout")
-        seconds = parse_time(timeout) if timeout not in (None, "none") else None
-        policy = scalars.get("stricthostkeychecking")
-        return SSHTarget(
-            host=host,
-            address=address,
-            port=port,
-            user=user,
-            identity_files=identities,
-            identities_default=identities_default,
-            strict_host_key_checking=_HOST_KEY_POLICIES[policy.lower()] if policy else "unset",
-            known_hosts_files=known_hosts,
-            # ConnectTimeout 0 and none both leave ssh with the kernel's connect timeout
-            # (minutes): "not set", so the caller applies its own default.
-            connect_timeout=float(seconds) if seconds else None,
-            config_files=self._config_files,
-            host_key_alias=ascii_lower(alias) if alias else None,
-            offered_by_ssh_only=offered,
         )
 
     def _offered_by_ssh_only(self, opts: Options, identities: tuple[str, ...]) -> tuple[str, ...]:

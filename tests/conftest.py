@@ -1,4 +1,4 @@
-"""Shared fixtures. The multi-host test bed lives in tests/testbed.py (see its docstring)."""
+"""Shared fixtures. The test bed library is the package tests/testbed/ (see its docstring)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import leaks
 import testbed
+from testbed import leaks
 
 _BED_PROBLEM = testbed.missing_requirements()
 

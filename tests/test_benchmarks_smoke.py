@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import subprocess
 import sys
 from pathlib import Path
@@ -48,12 +47,7 @@ def _harness(args: list[str], out: Path, timeout: float) -> dict:
 
 def _own_leftovers() -> list[str]:
     # beds of processes that are gone: the harness's, since it has exited
-    return [
-        n
-        for n in testbed._list_ns()
-        if re.match(rf"^{testbed.PREFIX}[0-9a-z]+-\d+n", n)
-        and not Path(f"/proc/{int(n[len(testbed.PREFIX) :].split('-')[0], 36)}").exists()
-    ]
+    return [n for n in testbed.bed_names() if not testbed.alive(testbed.bed_owner(n) or 0)]
 
 
 @requires_openmpi
@@ -77,12 +71,15 @@ def test_quickest_run_of_every_scenario(tmp_path: Path) -> None:
 
     # with a baseline (here this very checkout), measured side by side as "mpiwait (before)"
     second = _harness(
-        ["--quick", "--scenarios", "load", "--load-hosts", "4", "--down", "3",
+        ["--quick", "--scenarios", "load,listready", "--load-hosts", "4", "--down", "3",
          "--baseline-path", str(REPO)],
         tmp_path / "b",
-        timeout=150,
+        timeout=200,
     )  # fmt: skip
-    (load,) = second["scenarios"]
+    load, listready = second["scenarios"]
+    assert listready["scenario"] == "list-ready" and listready["steady_s"]["n"] == 5
+    assert listready["cold_logins"]["median"] == 64  # the cold call logged into every host
+    assert any(t["target"].startswith("--list-ready") and t["value"] for t in second["targets"])
     assert load["rows"][0]["method"] == "mpiwait"
     assert {r["method"] for r in load["rows"]} == {
         "mpiwait",

@@ -995,47 +995,6 @@ def test_main_error_as_json_line(
     )
 
 
-# --- re-reading the sources while waiting --------------------------------------------------
-
-
-def test_a_source_that_fails_while_waiting_keeps_the_last_good_list(tmp_path: Path) -> None:
-    import io
-
-    from mpiwait.errors import InputError as _InputError
-    from mpiwait.report import Reporter
-
-    hostfile = tmp_path / "hostfile"
-    hostfile.write_text("w1\n")
-
-    class Sources:
-        fail = False
-
-        def read(self):
-            if self.fail:
-                raise _InputError("discover script x: timed out after 10s")
-            from mpiwait.hosts import Host, Snapshot
-
-            names = hostfile.read_text().split()
-            return Snapshot(tuple(Host(n, None, "h") for n in names), (), ("hostfile",))
-
-    sources = Sources()
-    stream = io.StringIO()
-    read = run_module._reread(
-        sources,  # type: ignore[arg-type]
-        ("w1",),
-        Reporter(stream=stream),
-    )
-    hostfile.write_text("w1\nw2\n")
-    assert read()[0] == ("w1", "w2")
-    hostfile.write_text("w1\nw2\nw3\n")
-    sources.fail = True
-    assert read()[0] == ("w1", "w2")  # kept, not an exit
-    assert read()[0] == ("w1", "w2")
-    assert stream.getvalue().count("warning: keeping the hosts read before") == 1
-    sources.fail = False
-    assert read()[0] == ("w1", "w2", "w3")  # retried on the next round
-
-
 @pytest.mark.parametrize(
     ("argv", "says"),
     [

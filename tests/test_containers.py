@@ -1,4 +1,4 @@
-"""The deploy path built and run for real in a container engine (tests/containers.py).
+"""The deploy path built and run for real in a container engine (tests/testbed/containers.py).
 
 A dockerd of the tests' own builds the shipped Dockerfile and examples unchanged from Debian base
 images made by debootstrap (no registry), then runs them on a docker network of the test's own
@@ -24,8 +24,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import containers
 import pytest
+from testbed import containers, leaks
 
 REPO = Path(__file__).resolve().parent.parent
 MPIWAIT_IMAGE = "ghcr.io/mpiwait/mpiwait:0.1.0"
@@ -207,6 +207,7 @@ def test_engine_leaves_nothing_behind(engine, tmp_path):
         return subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
 
     before = links()
+    base = leaks.baseline([tmp_path])
     e = containers.Engine(tmp_path / "e", data_root=tmp_path / "data")
     e.start()
     try:
@@ -215,9 +216,20 @@ def test_engine_leaves_nothing_behind(engine, tmp_path):
         e.docker("run", "-d", "--network", "mwdleak", "mpiwait-tests/leak", "sleep", "600")
         ours = {n for n in links() - before if n == f"br-{net[:12]}" or n.startswith("veth")}
         assert f"br-{net[:12]}" in ours and len(ours) >= 2, ours
+        # the session-end check would name all of it: the container, dockerd, containerd,
+        # the container's process, its namespace mount
+        left = leaks.find(base)
+        assert any("(mpiwait-tests/leak)" in c for c in left.containers), left
+        cmds = [cmd for _, cmd in left.pids]
+        for what in ("dockerd ", "containerd ", "sleep 600"):
+            assert any(cmd.startswith(what) for cmd in cmds), (what, left)
+        assert any("/netns/" in m for m in left.mounts), left
     finally:
-        pids = [p.pid for p in e._procs]
+        pids = e.pids()
         e.stop()
+    # (the session's own engine, the fixture's, still runs: only this one's things count)
+    this = (str(tmp_path), "sleep 600", "(mpiwait-tests/leak)")
+    assert [x for x in leaks.find(base).describe() if any(s in x for s in this)] == []
     assert all(not Path(f"/proc/{pid}").exists() for pid in pids)
     assert str(tmp_path) not in Path("/proc/self/mounts").read_text()
     assert not ours & links()

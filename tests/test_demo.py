@@ -17,7 +17,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +55,7 @@ class Snapshot:
 
     @classmethod
     def take(cls) -> Snapshot:
-        links = {n for n in testbed._list_ns() + testbed._list_links() if n.startswith("md")}
+        links = set(testbed.bed_names(BED_PREFIX))
         tmp = Path(tempfile.gettempdir())
         return cls(links, {str(p) for p in tmp.glob(TMP_PREFIX + "*")})
 
@@ -96,14 +95,12 @@ def leftovers(before: Snapshot) -> list[str]:
         time.sleep(0.1)
 
 
-class DemoRun:
+class DemoRun(testbed.Proc):
     """scripts/demo as in a terminal: its own session (as a shell job), stdout and stderr
-    together, read as they come."""
+    together, read as they come (``wait_for(..., stream="stdout")``)."""
 
     def __init__(self, argv: list[str], *, wrap: list[str] = (), cwd: Path = REPO) -> None:
-        self.lines: list[str] = []
-        self._cond = threading.Condition()
-        self.p = subprocess.Popen(
+        p = subprocess.Popen(
             [*wrap, *argv],
             cwd=cwd,
             env=clean_env(),
@@ -113,43 +110,22 @@ class DemoRun:
             text=True,
             start_new_session=True,
         )
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
+        super().__init__(p, [*wrap, *argv], time.monotonic(), read=True)
 
-    def _read(self) -> None:
-        for line in self.p.stdout:
-            with self._cond:
-                self.lines.append(line.rstrip("\n"))
-                self._cond.notify_all()
+    @property
+    def lines(self) -> list[str]:  # type: ignore[override]
+        return [ln.rstrip("\n") for ln in super().lines("stdout")]
 
     @property
     def output(self) -> str:
-        with self._cond:
-            return "".join(line + "\n" for line in self.lines)
-
-    def wait_for(self, pattern: str, timeout: float = 60) -> None:
-        rx = re.compile(pattern)
-        with self._cond:
-            ok = self._cond.wait_for(
-                lambda: any(rx.search(ln) for ln in self.lines) or self.p.poll() is not None,
-                timeout,
-            )
-            if not ok or not any(rx.search(ln) for ln in self.lines):
-                raise AssertionError(f"no line matching {pattern!r}:\n{self.output}")
+        return "".join(super().lines("stdout"))
 
     def ctrl_c(self) -> None:
         """What a terminal does on Ctrl-C: SIGINT to the whole foreground process group."""
-        os.killpg(self.p.pid, signal.SIGINT)
+        os.killpg(self.proc.pid, signal.SIGINT)
 
-    def finish(self, timeout: float = RUN_TIMEOUT) -> int:
-        try:
-            self.p.wait(timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(self.p.pid, signal.SIGKILL)
-            self.p.wait()
-            raise AssertionError(f"demo still running after {timeout} s:\n{self.output}") from None
-        self._reader.join(10)
-        return self.p.returncode
+    def finish(self, timeout: float = RUN_TIMEOUT) -> int:  # type: ignore[override]
+        return super().finish(timeout).returncode
 
 
 def assert_demo_succeeded(run: DemoRun, status: int) -> None:
@@ -219,8 +195,8 @@ def test_ctrl_c_while_waiting_stops_and_removes_everything(path):
     extra = ["--loopback"] if path == "loopback" else []
     run = DemoRun(demo_argv(*extra, "--delay", "60"))
     try:
-        run.wait_for(r"^mpiwait: \[\+[\d.]+s\] w3: tcp refused")
-        run.wait_for(r"^mpiwait: \[\+[\d.]+s\] 2/3 ready")
+        run.wait_for(r"^mpiwait: \[\+[\d.]+s\] w3: tcp refused", RUN_TIMEOUT, stream="stdout")
+        run.wait_for(r"^mpiwait: \[\+[\d.]+s\] 2/3 ready", RUN_TIMEOUT, stream="stdout")
     finally:
         run.ctrl_c()
     status = run.finish(timeout=60)

@@ -1,5 +1,5 @@
 """Ready means the launch works, with every MPI the operators run: real launches over the bed
-(tests/testbed.py) with Open MPI 4.1 and MPICH 4.0 from Debian, and Open MPI 5, MPICH 5 and
+(tests/testbed/) with Open MPI 4.1 and MPICH 4.0 from Debian, and Open MPI 5, MPICH 5 and
 Intel MPI from PyPI (scripts/install-test-mpis puts each in a venv of its own; workers, being
 network namespaces, see the same install at the same path, as hydra and PRRTE need).
 

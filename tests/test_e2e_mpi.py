@@ -1,6 +1,6 @@
 """End to end through real MPI: mpiwait in front of Open MPI's mpirun and MPICH's hydra, each
 set up the way a user deploys it, over worker "hosts" that are network namespaces running real
-sshd (tests/testbed.py).
+sshd (tests/testbed/).
 
 Every launch test has at least one worker that is not ready when mpiwait starts, and asserts
 what a user sees: the exit status, every worker's hostname in mpirun's stdout and mpiwait's
@@ -17,11 +17,9 @@ mpiwait cannot make it miss the moment that matters.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 import shlex
-import signal
 import subprocess
 import sys
 import threading
@@ -87,48 +85,23 @@ def finish(
     ``when``: once a stderr line matches it, play ``then`` (seconds after that moment, action),
     so that a worker comes up (or a fault clears) only after mpiwait has reported it down,
     however slowly the machine runs. If the run ends first, the steps are not played."""
-    out: list[str] = []
-    err: list[str] = []
-    seen = threading.Event()
-    rx = re.compile(when) if when else None
-
-    def read(stream, into: list[str], watch: bool) -> None:
-        for line in stream:
-            into.append(line)
-            if watch and rx is not None and rx.search(line):
-                seen.set()
-
-    readers = [
-        threading.Thread(target=read, args=(p.stdout, out, False), daemon=True),
-        threading.Thread(target=read, args=(p.stderr, err, True), daemon=True),
-    ]
-    for t in readers:
-        t.start()
-    deadline = time.monotonic() + timeout
+    run = testbed.Proc(p, list(p.args), time.monotonic(), read=True)
     timeline = None
+    seen = True
+    if when is not None:
+        try:
+            run.wait_for(when, timeout)
+        except AssertionError:
+            seen = False  # ended (or timed out) first: reported below, with the output
+        else:
+            timeline = Timeline(then).__enter__()
     try:
-        if rx is not None:
-            while not seen.wait(0.05):
-                if p.poll() is not None or time.monotonic() > deadline:
-                    break
-            if seen.is_set():
-                timeline = Timeline(then).__enter__()
-        p.wait(max(0.1, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        pass
+        res = run.finish(max(0.1, timeout - (time.monotonic() - run.started)))
     finally:
-        if p.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(p.pid, signal.SIGKILL)
-            p.wait()
-        for t in readers:
-            t.join(10)
         if timeline is not None:
             timeline.__exit__(None, None, None)
-    r = subprocess.CompletedProcess(p.args, p.returncode, "".join(out), "".join(err))
-    assert r.returncode != -signal.SIGKILL, f"still running after {timeout} s" + show(r)
-    if rx is not None:
-        assert seen.is_set(), f"no stderr line matched {when!r}" + show(r)
+    r = subprocess.CompletedProcess(p.args, res.returncode, res.stdout, res.stderr)
+    assert seen, f"no stderr line matched {when!r}" + show(r)
     return r
 
 
@@ -497,7 +470,7 @@ def test_non_root_launcher_and_workers_on_port_2222(bed, tmp_path, as_user):
             assert "Accepted publickey for mpiuser" in log, log
     finally:
         for p in sshd_procs:
-            testbed._kill_group(p)
+            testbed.kill_group(p)
 
 
 # --------------------------------------------------------------------------------------------
@@ -530,7 +503,7 @@ def test_worker_role_execs_sshd_at_once_and_it_serves_the_launcher(bed, tmp_path
         assert_launched(r, ["w1", "w2"])
         assert "Accepted publickey for root" in log.read_text(), log.read_text()
     finally:
-        testbed._kill_group(worker)
+        testbed.kill_group(worker)
 
 
 # --------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ and Trainer expect; the Dockerfiles lint clean under hadolint.
 
 Executable checks: each example's mpiwait invocation (the container's command and args resolved
 against its image's ENTRYPOINT as Kubernetes does, its env, the env the operator injects) runs
-for real against worker hosts with sshd (tests/testbed.py), in a launcher laid out as that
+for real against worker hosts with sshd (tests/testbed/), in a launcher laid out as that
 container sees it: /etc/mpi as the operator's ConfigMap volume, the job key as its Secret
 volume (symlinks into ..data, owner root, the operator's modes), /etc/ssh as the container's
 image has it (nothing at all in mpiwait's own image), the container's uid with the image's

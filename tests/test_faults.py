@@ -30,7 +30,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import manyhosts as mh
 import pytest
 import testbed
 from conftest import requires_root_netns
@@ -138,17 +137,17 @@ class HandshakeCutter:
 
     def start(self) -> None:
         assert self.bed.ns_run(self.i, ["true"]).returncode == 0
-        mh.slow_link(self.bed, self.i)
+        self.bed.slow_link(self.i)
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        pid = mh.ns_pid(self.bed, self.i)
+        pid = self.bed.ns_pid(self.i)
         while not self._stop.is_set():
-            states = mh.tcp_states(pid, self.bed.port)
+            states = testbed.tcp_states(pid, self.bed.port)
             if "01" in states:  # ESTABLISHED: the handshake has begun
                 time.sleep(0.3)  # well into the (slowed) key exchange
-                self.saw_state = mh.tcp_states(pid, self.bed.port)
+                self.saw_state = testbed.tcp_states(pid, self.bed.port)
                 self.bed.link_down(self.i)
                 self.cut.set()
                 return
@@ -188,7 +187,7 @@ def _silent(b, i, s):
 
 def _banner(b, i, s):
     b.stop_sshd(i)
-    mh.start_banner_listener(b, i)
+    b.start_banner_listener(i)
 
 
 def _listener_to_sshd(b, i, s):
@@ -204,12 +203,12 @@ def _cut_link(b, i, s):
 def _mend_link(b, i, s):
     assert s[i].cut.wait(10), "the link was never cut"
     s[i].stop()
-    mh.unslow_link(b, i)
+    b.unslow_link(i)
     b.link_up(i)
 
 
 def _max_startups(b, i, s):
-    mh.set_max_startups(b, i, "1:100:1")
+    b.set_max_startups(i, "1:100:1")
     holder = socket.create_connection((b.hosts[i].addr, b.port), timeout=5)
     assert holder.recv(64).startswith(b"SSH-2.0-")  # the held pre-auth connection
     with socket.create_connection((b.hosts[i].addr, b.port), timeout=5) as extra:
@@ -267,8 +266,8 @@ def test_fault_matrix(bed, fault: Fault) -> None:
     try:
         for i in (1, 2):
             fault.apply(b, i, state)
-        clears = mh.start(b, common_args("w1", "w2", timeout=60), command=COMMAND)
-        stays = mh.start(b, common_args("w1", "w3", timeout=DEADLINE), command=COMMAND)
+        clears = testbed.start(b, common_args("w1", "w2", timeout=60), command=COMMAND)
+        stays = testbed.start(b, common_args("w1", "w3", timeout=DEADLINE), command=COMMAND)
         clears.wait_for(r"^mpiwait: \[\+[\d.]+s\] w2: ", timeout=60)  # w2's fault was seen
         fault.clear(b, 1, state)
         cleared_at = time.monotonic() - clears.started
@@ -293,7 +292,7 @@ def test_fault_matrix(bed, fault: Fault) -> None:
     assert late.returncode == 124, late
     assert late.stdout == "", late  # the COMMAND did not run
     assert DEADLINE <= late.elapsed <= DEADLINE + CONNECT + SLACK, late
-    head, *groups = mh.summary(late)
+    head, *groups = testbed.summary(late)
     reported = float(re.search(r"timed out after ([\d.]+)s", head).group(1))
     # mpiwait's own clock: at the deadline, never before, and without waiting for the probe in
     # flight (that would be up to CONNECT later); the allowance is thread scheduling under load.
@@ -316,11 +315,11 @@ def test_fault_matrix(bed, fault: Fault) -> None:
 
 @on_bed
 def test_300_blackholed_hosts_end_at_the_deadline(tmp_path: Path) -> None:
-    with mh.ManyHosts(300, workdir=tmp_path / "many", sshd=False) as m:
+    with testbed.ManyHosts(300, workdir=tmp_path / "many", sshd=False) as m:
         m.set_states(["drop"] * 300)
         # --parallel 300 --probe-rate 0: all 300 connects hang at the same time, the deadline
         # falls in the middle of the second round of them.
-        r = mh.run(
+        r = testbed.run(
             m,
             ["-F", str(m.ssh_config), "--hosts", ",".join(m.names), "--timeout", "5",
              "--connect-timeout", "2", "--parallel", "300", "--probe-rate", "0"],
@@ -333,7 +332,7 @@ def test_300_blackholed_hosts_end_at_the_deadline(tmp_path: Path) -> None:
     reported = float(re.search(r"timed out after ([\d.]+)s", r.stderr).group(1))
     assert 5 <= reported < 5 + 2 / 2, r
     assert 5 <= r.elapsed <= 5 + 2 + 4 * SLACK, r
-    head, *groups = mh.summary(r)
+    head, *groups = testbed.summary(r)
     assert "300 of 300 hosts not ready" in head, r
     assert groups == [groups[0]] and groups[0].startswith("mpiwait:   tcp timeout (300): "), r
 
@@ -346,12 +345,12 @@ def test_300_blackholed_hosts_end_at_the_deadline(tmp_path: Path) -> None:
 def test_300_hosts_not_ready_three_ways_stay_readable(tmp_path: Path) -> None:
     n = 300
     unresolved, refused, dropped = range(0, 100), range(100, 200), range(200, 300)
-    with mh.ManyHosts(n, workdir=tmp_path / "many", published=range(100, 300)) as m:
+    with testbed.ManyHosts(n, workdir=tmp_path / "many", published=range(100, 300)) as m:
         m.set_states({i: "refuse" for i in refused} | {i: "drop" for i in dropped})
         args = ["-F", str(m.ssh_config), "--hosts", ",".join(m.names), "--timeout", "11",
                 "--connect-timeout", "2"]  # fmt: skip
-        text = mh.start(m, args)
-        js = mh.start(m, [*args, "--log-format", "json"])
+        text = testbed.start(m, args)
+        js = testbed.start(m, [*args, "--log-format", "json"])
         t, j = text.finish(60), js.finish(60)
     assert t.returncode == j.returncode == 124, t
 
@@ -364,7 +363,7 @@ def test_300_hosts_not_ready_three_ways_stay_readable(tmp_path: Path) -> None:
         names = ", ".join(m.names[first - 1 : first + 4])
         assert f"{group}: {names} and 95 more" in waiting[0], waiting[0]
     # the deadline summary: one head line and one line per group, each naming 5 and a count
-    block = mh.summary(t)
+    block = testbed.summary(t)
     assert 1 < len(block) <= 15 and block == lines[-len(block) :], t
     assert "300 of 300 hosts not ready" in block[0]
     assert sorted(ln.split(" (")[0].strip() for ln in block[1:]) == [
@@ -417,7 +416,7 @@ def test_mpi_launcher_without_ssh_client_is_127_before_waiting(bed, tmp_path, la
     b.stop_sshd(0)  # were it to wait, it would wait until the deadline
     bin_dir = tmp_path / "bin"
     _fake_launcher(bin_dir, launcher)
-    r = mh.run(
+    r = testbed.run(
         b,
         ["--hosts", "w1", "--timeout", "30"],
         command=[launcher, "-np", "1", "hostname"],
@@ -445,12 +444,12 @@ def test_mpi_launcher_with_another_agent_needs_no_ssh(bed, tmp_path, launcher, v
     _fake_launcher(bin_dir, launcher)
     agent = _fake_launcher(tmp_path / "agent", "my-rsh")
     env = ["env", f"PATH={bin_dir}", f"{variable}={agent} -x"]
-    r = mh.run(b, ["--hosts", "w1", "--timeout", "30"], command=[launcher, "x"], wrapper=env)
+    r = testbed.run(b, ["--hosts", "w1", "--timeout", "30"], command=[launcher, "x"], wrapper=env)
     assert r.returncode == 0, r
     assert r.stdout == f"fake {launcher} ran: x\n", r
     # an agent that is not there is as bad as no ssh
     env = ["env", f"PATH={bin_dir}", f"{variable}=/nonexistent/my-rsh"]
-    r = mh.run(b, ["--hosts", "w1", "--timeout", "30"], command=[launcher, "x"], wrapper=env)
+    r = testbed.run(b, ["--hosts", "w1", "--timeout", "30"], command=[launcher, "x"], wrapper=env)
     assert r.returncode == 127, r
     assert "/nonexistent/my-rsh" in r.stderr and variable in r.stderr, r
     assert "waiting for" not in r.stderr, r
@@ -462,7 +461,7 @@ def test_mpi_launcher_with_ssh_on_path_runs(bed, tmp_path) -> None:
     bin_dir = tmp_path / "bin"
     _fake_launcher(bin_dir, "mpirun")
     (bin_dir / "ssh").symlink_to("/usr/bin/ssh")
-    r = mh.run(
+    r = testbed.run(
         b, ["--hosts", "w1"], command=["mpirun", "-np", "1"], wrapper=["env", f"PATH={bin_dir}"]
     )
     assert r.returncode == 0 and r.stdout == "fake mpirun ran: -np 1\n", r
@@ -519,18 +518,18 @@ def test_termination_log_on_124_and_3_not_on_success(bed, tmp_path) -> None:
     os.utime(logs["ok"], (1_000_000, 1_000_000))
     wrong = tmp_path / "wrong_key"
     subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", wrong], check=True)
-    mh.register_key(wrong)
+    testbed.register_key(wrong)
     open_key = tmp_path / "open_key"
     open_key.write_bytes(b.key_path.read_bytes())
     open_key.chmod(0o644)
     runs = {
-        "timeout": mh.start(b, ["--hosts", "w1,w2", "--timeout", "2", "--termination-log",
+        "timeout": testbed.start(b, ["--hosts", "w1,w2", "--timeout", "2", "--termination-log",
                                 str(logs["timeout"])]),
-        "rejected": mh.start(b, ["--hosts", "w1", "-i", str(wrong), "--termination-log",
+        "rejected": testbed.start(b, ["--hosts", "w1", "-i", str(wrong), "--termination-log",
                                  str(logs["rejected"])]),
-        "badkey": mh.start(b, ["--hosts", "w1", "-i", str(open_key), "--termination-log",
+        "badkey": testbed.start(b, ["--hosts", "w1", "-i", str(open_key), "--termination-log",
                                str(logs["badkey"])]),
-        "ok": mh.start(b, ["--hosts", "w1", "--termination-log", str(logs["ok"])],
+        "ok": testbed.start(b, ["--hosts", "w1", "--termination-log", str(logs["ok"])],
                        command=["true"]),
     }  # fmt: skip
     done = {k: p.finish(30) for k, p in runs.items()}
@@ -553,4 +552,4 @@ def test_termination_log_on_124_and_3_not_on_success(bed, tmp_path) -> None:
     assert logs["ok"].read_text() == "left from before\n"
     assert logs["ok"].stat().st_mtime == 1_000_000
     for p in logs.values():  # nothing secret in the message either
-        mh.check_output_hygiene(p.read_text(), p)
+        testbed.check_output_hygiene(p.read_text(), p)

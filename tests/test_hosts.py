@@ -1,4 +1,5 @@
-"""Unit tests for mpiwait.hosts: every input format, every malformed shape, every source."""
+"""Unit tests for mpiwait.hosts and its parts (hostfile_syntax, textfile, discover, selfname):
+every input format, every malformed shape, every source."""
 
 from __future__ import annotations
 
@@ -12,19 +13,17 @@ from pathlib import Path
 import pytest
 
 from mpiwait.errors import ExitCode, InputError
-from mpiwait.hosts import (
-    MAX_INPUT_BYTES,
+from mpiwait.hostfile_syntax import (
     Host,
-    HostSources,
-    SelfNames,
-    Snapshot,
     parse_discover_script,
     parse_host_lines,
     parse_hostfile,
     parse_hosts_option,
-    read_text_file,
     validate_host,
 )
+from mpiwait.hosts import HostSources, Snapshot, rereader
+from mpiwait.selfname import SelfNames
+from mpiwait.textfile import MAX_INPUT_BYTES, read_text_file
 
 SRC = "/etc/mpi/hostfile"
 DISCOVER = "/etc/mpi/discover_hosts.sh"
@@ -558,7 +557,7 @@ def test_read_text_file_permission_denied(as_user) -> None:
         wrap, drop = as_user("nobody")
         code = (
             "import sys; from pathlib import Path; from mpiwait.errors import InputError\n"
-            "from mpiwait.hosts import read_text_file\n"
+            "from mpiwait.textfile import read_text_file\n"
             "try: read_text_file(Path(sys.argv[1]), what='hostfile')\n"
             "except InputError as e: print(str(e)); sys.exit(e.exit_code)\n"
         )
@@ -943,3 +942,30 @@ def test_read_parses_again_only_when_a_source_reads_differently(
         src.read()
     with pytest.raises(InputError):  # a failed read is not remembered as seen
         src.read()
+
+
+# --- re-reading the sources while waiting --------------------------------------------------
+
+
+def test_rereader_keeps_the_last_good_list_while_a_source_fails(tmp_path: Path) -> None:
+    hostfile = write(tmp_path / "hostfile", "w1\n")
+    warnings: list[str] = []
+    read = rereader(sources(hostfile=hostfile, hostfile_explicit=True), ("w1",), warnings.append)
+    write(hostfile, "w1\nw2\n")
+    assert read() == (("w1", "w2"), (f"{hostfile} (2 hosts)",))
+    write(hostfile, "w1\nw2\nw3 slots=x\n")  # caught mid-rewrite
+    assert read()[0] == ("w1", "w2")  # kept, not an exit
+    assert read()[0] == ("w1", "w2")
+    assert warnings == [
+        f"warning: keeping the hosts read before: {hostfile}:3: slots must be a whole number "
+        "from 1 to 1000000, not 'x': 'w3 slots=x'"
+    ]  # once, however often the same failure repeats
+    write(hostfile, "w1\nw2\nw3\n")
+    assert read()[0] == ("w1", "w2", "w3")  # retried on the next round
+
+
+def test_rereader_lists_this_machine_too(tmp_path: Path) -> None:
+    # The waiter still waits for the launcher's own entry (its name must resolve).
+    hostfile = write(tmp_path / "hostfile", "w1\npi-launcher\n")
+    read = rereader(sources(hostfile=hostfile), (), lambda _: None)
+    assert read()[0] == ("w1", "pi-launcher")

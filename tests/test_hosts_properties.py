@@ -1,4 +1,5 @@
-"""Property tests for mpiwait.hosts: no input crashes the parsers; valid hosts round-trip."""
+"""Property tests for mpiwait.hostfile_syntax (and SelfNames): no input crashes the parsers;
+valid hosts round-trip."""
 
 from __future__ import annotations
 
@@ -10,16 +11,16 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from mpiwait.errors import InputError
-from mpiwait.hosts import (
+from mpiwait.hostfile_syntax import (
     MAX_SLOTS,
     Host,
-    SelfNames,
     parse_discover_script,
     parse_host_lines,
     parse_hostfile,
     parse_hosts_option,
     validate_host,
 )
+from mpiwait.selfname import SelfNames
 
 SRC = "/etc/mpi/hostfile"
 

@@ -2,9 +2,9 @@
 
 Every test runs ``python -m mpiwait`` the way a container would and checks what its user sees:
 the exit status, the lines on stdout and stderr, and what ran (or did not). The servers come
-from tests/loopback.py: sshd on loopback addresses with their own keys, plus listeners that
-accept TCP but never speak SSH. Each test passes ``--ssh-config`` (so ~/.ssh and /etc/ssh never
-matter) and ``--hosts`` or ``--hostfile`` (so /etc/mpi is never read).
+from the test bed library's Lab (tests/testbed/): sshd on loopback addresses with their own
+keys, plus listeners that accept TCP but never speak SSH. Each test passes ``--ssh-config`` (so
+~/.ssh and /etc/ssh never matter) and ``--hosts`` or ``--hostfile`` (so /etc/mpi is never read).
 
 Every run is also checked for things that must never happen: a Python traceback on stderr,
 and any line of any private key (client or host) in any output.
@@ -26,15 +26,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import testbed
+from testbed import Lab, Sshd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import loopback
-from loopback import Lab, Sshd
 
 REPO = Path(__file__).resolve().parent.parent
 
-_PROBLEM = loopback.missing_requirements()
+_PROBLEM = testbed.missing_requirements("loopback")
 pytestmark = pytest.mark.skipif(_PROBLEM is not None, reason=f"loopback sshd: {_PROBLEM}")
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
@@ -614,9 +614,9 @@ def test_host_key_policy(lab: Lab, case: str) -> None:
             subprocess.run(["ssh-keygen", "-H", "-f", str(known)], capture_output=True, check=True)
             assert known.read_text().startswith("|1|")
     elif listed == "other":
-        other = loopback.keygen(lab.path("other_host_key"), comment="other")
+        other = testbed.keygen(lab.path("other_host_key"), comment="other")
         lab.keys.append(other)
-        kind, blob = loopback.public_key(other).split()[:2]
+        kind, blob = testbed.public_key(other).split()[:2]
         known.write_text(f"[{A}]:{c.port} {kind} {blob}\n")
     else:
         known.write_text("")
@@ -649,7 +649,7 @@ def test_host_key_type_listed_in_known_hosts_is_the_one_checked(
     port = lab.free_port(A)
     lab.sshd(A, port, authorized=[key], extra_config=f"HostKey {rsa}\n")
     shown = rsa if listed == "its-rsa-key" else lab.key("other_rsa", "rsa")
-    kind, blob = loopback.public_key(shown).split()[:2]
+    kind, blob = testbed.public_key(shown).split()[:2]
     known = lab.write("known_hosts", f"[{A}]:{port} {kind} {blob}\n")
     cfg = ssh_config(lab, port=port, identity=key, strict=policy, known_hosts=known)
     ssh = real_ssh(cfg, A)

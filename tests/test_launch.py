@@ -208,6 +208,67 @@ def test_missing_ssh_client_ignores_other_commands(tmp_path: Path, command: str)
     assert check_remote_agent([command], {}, path=str(tmp_path)) is None
 
 
+def _uid_without_passwd_entry() -> int:
+    import pwd
+
+    for uid in range(54321, 54421):
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+    raise AssertionError("every uid from 54321 to 54420 has a passwd entry")
+
+
+NO_ENTRY = _uid_without_passwd_entry()
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ"),
+    [
+        (["mpirun", "-np", "2"], {}),
+        (["/opt/intel/bin/mpiexec.hydra"], {}),
+        (["horovodrun", "-np", "2"], {}),
+        (["mpirun"], {"OMPI_MCA_plm_rsh_agent": "ssh -F /etc/mpi/ssh_config"}),
+        (["mpirun", "--mca", "plm_rsh_agent", "nosuch:ssh"], {}),
+        (["mpiexec"], {"HYDRA_LAUNCHER": "ssh"}),
+    ],
+)
+def test_an_ssh_launch_at_a_uid_without_passwd_entry_is_126(
+    tmp_path: Path, argv: list[str], environ: dict[str, str]
+) -> None:
+    # The lookup is the real getpwuid of a uid this machine has no entry for.
+    _executable(tmp_path / "ssh")
+    with pytest.raises(LaunchError) as info:
+        check_remote_agent(argv, environ, path=str(tmp_path), uid=NO_ENTRY)
+    assert info.value.exit_code == ExitCode.NOT_EXECUTABLE
+    assert f"No user exists for uid {NO_ENTRY}" in info.value.message
+    assert "\n" not in info.value.message
+    assert "passwd" in (info.value.hint or "") and "initContainer" in (info.value.hint or "")
+
+
+@pytest.mark.parametrize(
+    ("argv", "environ"),
+    [
+        (["mpirun"], {"OMPI_MCA_plm_rsh_agent": "kubexec.sh"}),  # not ssh: no passwd needed
+        (["mpiexec", "-launcher", "fork"], {}),
+        (["mpirun"], {"SLURM_JOB_ID": "7"}),  # the scheduler starts the processes
+        (["sshd", "-D"], {}),  # no MPI launch at all
+        (["python", "train.py"], {}),
+    ],
+)
+def test_a_launch_without_ssh_at_a_uid_without_passwd_entry_is_allowed(
+    tmp_path: Path, argv: list[str], environ: dict[str, str]
+) -> None:
+    _executable(tmp_path / "ssh")
+    _executable(tmp_path / "kubexec.sh")
+    assert check_remote_agent(argv, environ, path=str(tmp_path), uid=NO_ENTRY) is None
+
+
+def test_an_ssh_launch_at_a_uid_with_a_passwd_entry_is_allowed(tmp_path: Path) -> None:
+    _executable(tmp_path / "ssh")
+    assert check_remote_agent(["mpirun"], {}, path=str(tmp_path), uid=0) is None
+
+
 def test_mpi_launchers_cover_the_common_ones() -> None:
     assert {"mpirun", "mpiexec", "mpiexec.hydra", "orterun", "prterun"} <= MPI_LAUNCHERS
 

@@ -1,6 +1,6 @@
 """``mpiwait --list-ready`` as horovodrun's --host-discovery-script, against real sshd hosts.
 
-Worker hosts are network namespaces with sshd (tests/testbed.py): some ready, one whose sshd
+Worker hosts are network namespaces with sshd (tests/testbed/): some ready, one whose sshd
 is down (refused), one whose name does not resolve yet, one that comes up while Horovod's own
 discovery code (horovod.runner.elastic.discovery, when installed) keeps calling the script.
 Where Horovod is not installed, the same contract is checked as Horovod documents it: exit 0,

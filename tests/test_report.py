@@ -32,6 +32,7 @@ from mpiwait.report import (
     TERMINATION_LOG_BYTES,
     Reporter,
     group_not_ready,
+    print_plan,
     summary_lines,
     write_termination_log,
 )
@@ -673,3 +674,49 @@ def test_json_waiting_record_is_bounded_at_1000_hosts() -> None:
     assert all(len(g["sample"]) <= NAMES_PER_GROUP for g in many["groups"])
     # The same groups (same size record, up to the digits of names and counts) at 100x hosts.
     assert len(json.dumps(many)) < 2 * len(json.dumps(few))
+
+
+# --- the --dry-run plan (stdout) -------------------------------------------------------------
+
+
+def plan(tmp_path: Path, config: str, **settings: object) -> list[str]:
+    from mpiwait.hosts import Host, Snapshot
+    from mpiwait.probes import prober_for
+    from mpiwait.resolver import lookup_pool
+    from mpiwait.settings import Settings
+
+    cfg = tmp_path / "ssh_config"
+    cfg.write_text(config)
+    prober = prober_for(Settings(ssh_config=cfg, **settings), lookup_pool(1))  # type: ignore[arg-type]
+    snapshot = Snapshot((Host("w1", None, "--hosts"),), ("launcher",), ("--hosts (2 hosts)",))
+    out = io.StringIO()
+    print_plan(prober, snapshot, out)
+    return out.getvalue().splitlines()
+
+
+def test_plan_lists_only_the_config_keys_ssh_will_find(tmp_path: Path) -> None:
+    # ssh passes over a config IdentityFile that does not exist: so does the plan.
+    present = tmp_path / "id_present"
+    present.write_text("not read by the plan\n")
+    config = (
+        f"Host w1\n  HostName 10.0.0.1\n  Port 2222\n  User mpiuser\n"
+        f"  IdentityFile {tmp_path}/id_missing\n  IdentityFile {present}\n"
+        "  StrictHostKeyChecking no\n  ConnectTimeout 7\n"
+    )
+    assert plan(tmp_path, config) == [
+        "# 1 hosts from: --hosts (2 hosts)",
+        "# this machine: launcher (no login; only its name must resolve)",
+        f"w1 address=10.0.0.1 port=2222 user=mpiuser identity={present} "
+        "strict_host_key_checking=no connect_timeout=7",
+    ]
+
+
+def test_plan_says_when_no_config_key_exists(tmp_path: Path) -> None:
+    config = f"Host *\n  IdentityFile {tmp_path}/id_missing\n"
+    assert "identity=(none found) " in plan(tmp_path, config)[-1]
+
+
+def test_plan_shows_a_key_named_with_i_even_if_missing(tmp_path: Path) -> None:
+    # A key the user named must exist; the plan shows it, and the run will say it is missing.
+    missing = tmp_path / "id_named"
+    assert f"identity={missing} " in plan(tmp_path, "", identity_files=(missing,))[-1]

@@ -3,7 +3,7 @@ remote command through a local shell, write where it was not told to, need root 
 writable HOME.
 
 Every run in this file (and in test_faults, test_signals, test_soak) goes through
-manyhosts.Launch.finish, which fails the test on a traceback or on any base64 line of any
+testbed.Proc.finish, which fails the test on a traceback or on any base64 line of any
 private key (or any passphrase) a test made; the tests here add the runs most likely to leak.
 """
 
@@ -17,7 +17,6 @@ import time
 import uuid
 from pathlib import Path
 
-import manyhosts as mh
 import pytest
 import testbed
 from conftest import requires_root_netns
@@ -31,7 +30,7 @@ def keygen(path: Path, *extra: str, passphrase: str = "") -> Path:
     subprocess.run(
         ["ssh-keygen", "-q", "-t", "ed25519", "-N", passphrase, "-f", path, *extra], check=True
     )
-    mh.register_key(path)
+    testbed.register_key(path)
     return path
 
 
@@ -72,7 +71,7 @@ def test_discover_file_is_never_run_without_discover_exec(bed, tmp_path) -> None
 
     # w2 comes up 2.5 s in: mpiwait re-reads the file (as data) a few times meanwhile
     b.start_sshd(1, delay=2.5)
-    r = mh.run(b, ["--timeout", "30"], etc_mpi=etc_mpi, command=["echo", "ran"])
+    r = testbed.run(b, ["--timeout", "30"], etc_mpi=etc_mpi, command=["echo", "ran"])
     assert r.returncode == 0 and r.stdout == "ran\n", r
     assert "/etc/mpi/discover_hosts.sh (2 hosts)" in r.stderr, r
     assert not marker.exists()
@@ -81,14 +80,14 @@ def test_discover_file_is_never_run_without_discover_exec(bed, tmp_path) -> None
     discover.chmod(0o755)
     discover.write_text(f"#!/bin/sh\necho w1\ntouch {marker}\n")
     discover.chmod(0o555)
-    r = mh.run(b, ["--timeout", "30"], etc_mpi=etc_mpi)
+    r = testbed.run(b, ["--timeout", "30"], etc_mpi=etc_mpi)
     assert r.returncode == 2 and "--discover-exec" in r.stderr, r
     assert not marker.exists()
 
     # control: run on purpose, the file does leave the marker
     discover.chmod(0o755)
     discover.write_text(f"#!{interpreter}\necho w1\necho w2\n")
-    r = mh.run(b, ["--timeout", "30", "--discover-exec"], etc_mpi=etc_mpi)
+    r = testbed.run(b, ["--timeout", "30", "--discover-exec"], etc_mpi=etc_mpi)
     assert r.returncode == 0, r
     assert marker.exists()
 
@@ -99,7 +98,7 @@ def test_discover_file_is_never_run_without_discover_exec(bed, tmp_path) -> None
 
 def test_no_key_material_or_passphrase_in_any_output(bed, tmp_path) -> None:
     b = bed(1)
-    mh.register_secret(PASSPHRASE)
+    testbed.register_secret(PASSPHRASE)
     keys = tmp_path / "keys"
     keys.mkdir()
     locked = keygen(keys / "locked", passphrase=PASSPHRASE)
@@ -116,15 +115,15 @@ def test_no_key_material_or_passphrase_in_any_output(bed, tmp_path) -> None:
         (keys / name).chmod(0o600)
     wrong = keygen(keys / "wrong")  # a good key the worker does not accept
     runs = {
-        name: mh.start(b, ["--hosts", "w1", "-i", str(keys / name), *fmt])
+        name: testbed.start(b, ["--hosts", "w1", "-i", str(keys / name), *fmt])
         for name in ["locked", *broken, "wrong"]
         for fmt in ([], ["--log-format", "json"])
     }
     # a private key where a host list or an ssh config is expected
-    runs["as-hostfile"] = mh.start(b, ["--hostfile", str(good)])
-    runs["as-discover"] = mh.start(b, ["--discover-hosts", str(good)])
-    runs["as-ssh-config"] = mh.start(b, ["-F", str(good), "--hosts", "w1"])
-    runs["dry-run"] = mh.start(b, ["--hosts", "w1", "-i", str(good), "--dry-run"])
+    runs["as-hostfile"] = testbed.start(b, ["--hostfile", str(good)])
+    runs["as-discover"] = testbed.start(b, ["--discover-hosts", str(good)])
+    runs["as-ssh-config"] = testbed.start(b, ["-F", str(good), "--hosts", "w1"])
+    runs["dry-run"] = testbed.start(b, ["--hosts", "w1", "-i", str(good), "--dry-run"])
     results = {name: p.finish(30) for name, p in runs.items()}  # finish() checks every output
     assert results["locked"].returncode == 3 and "passphrase" in results["locked"].stderr
     for name in broken:
@@ -134,7 +133,7 @@ def test_no_key_material_or_passphrase_in_any_output(bed, tmp_path) -> None:
         assert results[name].returncode == 2, results[name]
     assert results["dry-run"].returncode == 0, results["dry-run"]
     everything = "".join(r.stdout + r.stderr for r in results.values())
-    for secret in [PASSPHRASE, *mh.key_secret_lines(good), *mh.key_secret_lines(locked)]:
+    for secret in [PASSPHRASE, *testbed.key_secret_lines(good), *testbed.key_secret_lines(locked)]:
         assert secret not in everything
     assert wrong.exists()
 
@@ -173,11 +172,11 @@ def test_remote_command_is_sent_as_given_never_through_a_local_shell(bed, tmp_pa
     command = f"printf '%s|' \"$HOME\" 'a b' > /tmp/{name}"
     try:
         before = snapshot(t)
-        r = mh.run(
+        r = testbed.run(
             b,
             ["-F", "/tmp/k/ssh_config", "--hosts", "w1", "--remote-command", command],
-            wrapper=mh.wrap(binds=[(t, "/tmp")], cwd="/tmp"),
-            env=mh.mpiwait_env(HOME="/tmp/local-home-of-the-launcher"),
+            wrapper=testbed.wrap(binds=[(t, "/tmp")], cwd="/tmp"),
+            env=testbed.mpiwait_env(HOME="/tmp/local-home-of-the-launcher"),
         )
         assert r.returncode == 0, r
         # run by the worker's shell: its $HOME (root's), the quoting intact
@@ -213,7 +212,7 @@ def test_unprivileged_read_only_home_writes_only_where_told(bed, tmp_path) -> No
     for p in (home, home / ".ssh"):
         os.chown(p, pw.pw_uid, pw.pw_gid)
         p.chmod(0o700)
-    mounts = mh.wrap(
+    mounts = testbed.wrap(
         binds=[(t, "/tmp"), (home, pw.pw_dir)],
         readonly=[pw.pw_dir],
         user=user,
@@ -221,13 +220,13 @@ def test_unprivileged_read_only_home_writes_only_where_told(bed, tmp_path) -> No
     )
     common = ["-F", "/tmp/k/ssh_config", "--termination-log", "/tmp/termination-log"]
 
-    def go(*args: str, command=()) -> mh.Result:
-        return mh.run(b, [*common, *args], command=command, wrapper=mounts, ssh_config=False)
+    def go(*args: str, command=()) -> testbed.Result:
+        return testbed.run(b, [*common, *args], command=command, wrapper=mounts, ssh_config=False)
 
     # control: the harness sees writes, and HOME really is read-only for this user
     probe = b.run(
         [*mounts, "sh", "-c", 'id -u; echo x > /tmp/seen; touch "$HOME/x" 2>/dev/null || echo ro'],
-        env=mh.mpiwait_env(),
+        env=testbed.mpiwait_env(),
         ssh_config=False,
     )
     assert probe.stdout.split() == [str(pw.pw_uid), "ro"], probe

@@ -17,7 +17,6 @@ from __future__ import annotations
 import signal
 import time
 
-import manyhosts as mh
 import pytest
 import testbed
 from conftest import requires_root_netns
@@ -28,39 +27,37 @@ SIGNAL_BOUND = 5.0  # the promised 1 s, with slack; every blocked call here last
 SIGNALS = [(signal.SIGTERM, 143), (signal.SIGINT, 130)]
 
 
-def _packets_seen(ns: str, rule: int = 0) -> bool:
-    return mh.rule_packets(ns)[rule] > 0
+def _packets_seen(b: testbed.TestBed, rule: int = 0) -> bool:
+    return b.rule_packets(0)[rule] > 0
 
 
 def _dns(b: testbed.TestBed, tmp_path) -> tuple[list[str], dict, callable]:
-    ns = b.hosts[0].ns
     for proto in ("udp", "tcp"):
-        mh.ns_iptables(ns, "-A", "INPUT", "-p", proto, "--dport", "53", "-j", "DROP")
-    binds = mh.dns_blackhole_files(tmp_path / "dns", b.hosts[0].addr, timeout=30)
+        b.iptables(0, "-A", "INPUT", "-p", proto, "--dport", "53", "-j", "DROP")
+    binds = testbed.dns_blackhole_files(tmp_path / "dns", b.hosts[0].addr, timeout=30)
     return (
         ["--hosts", "no-such-name-yet"],
-        {"wrapper": mh.wrap(binds=binds)},
-        lambda: _packets_seen(ns),  # a query reached our black hole: the lookup hangs now
+        {"wrapper": testbed.wrap(binds=binds)},
+        lambda: _packets_seen(b),  # a query reached our black hole: the lookup hangs now
     )
 
 
 def _launcher_hosts_without_own_name(b: testbed.TestBed, tmp_path) -> list[tuple]:
     """The DNS black hole, and a hosts file that does not name this machine: looking up its
     own FQDN (to leave itself out of the hosts) goes to DNS and hangs."""
-    ns = b.hosts[0].ns
-    mh.ns_iptables(ns, "-A", "INPUT", "-p", "udp", "--dport", "53", "-j", "DROP")
+    b.iptables(0, "-A", "INPUT", "-p", "udp", "--dport", "53", "-j", "DROP")
     hosts = tmp_path / "hosts-without-own-name"
     hosts.write_text(f"127.0.0.1\tlocalhost\n{b.hosts[0].addr}\tw1\n")
     hosts.chmod(0o644)
-    return [*mh.dns_blackhole_files(tmp_path / "dns", b.hosts[0].addr), (hosts, "/etc/hosts")]
+    return [*testbed.dns_blackhole_files(tmp_path / "dns", b.hosts[0].addr), (hosts, "/etc/hosts")]
 
 
 def _own_name(b: testbed.TestBed, tmp_path):
     binds = _launcher_hosts_without_own_name(b, tmp_path)
     return (
         ["--hosts", "w1"],
-        {"wrapper": mh.wrap(binds=binds)},
-        lambda: _packets_seen(b.hosts[0].ns),
+        {"wrapper": testbed.wrap(binds=binds)},
+        lambda: _packets_seen(b),
     )
 
 
@@ -69,29 +66,28 @@ def _tcp(b: testbed.TestBed, tmp_path):
     return (
         ["--hosts", "w1", "--connect-timeout", "30"],
         {},
-        lambda: _packets_seen(b.hosts[0].ns),  # a SYN was dropped: connect() is hanging
+        lambda: _packets_seen(b),  # a SYN was dropped: connect() is hanging
     )
 
 
 def _ssh(b: testbed.TestBed, tmp_path):
     b.stop_sshd(0)
     b.start_silent_listener(0)
-    pid = mh.ns_pid(b, 0)
+    pid = b.ns_pid(0)
     return (
         ["--hosts", "w1", "--connect-timeout", "30"],
         {},
-        lambda: "01" in mh.tcp_states(pid, b.port),  # connected, waiting for a banner
+        lambda: "01" in testbed.tcp_states(pid, b.port),  # connected, waiting for a banner
     )
 
 
 def _backoff(b: testbed.TestBed, tmp_path):
     b.stop_sshd(0)
-    ns = b.hosts[0].ns
-    mh.ns_iptables(ns, "-A", "INPUT", "-p", "tcp", "--dport", "22", "--syn")  # counts SYNs
+    b.iptables(0, "-A", "INPUT", "-p", "tcp", "--dport", "22", "--syn")  # counts SYNs
     return (
         ["--hosts", "w1", "--retry-initial", "30", "--retry-max", "30"],
         {},
-        lambda: _packets_seen(ns),  # refused once: now asleep for up to 30 s
+        lambda: _packets_seen(b),  # refused once: now asleep for up to 30 s
     )
 
 
@@ -109,19 +105,19 @@ PHASES = {
 def test_signal_ends_the_wait_within_a_second(bed, tmp_path, phase, signum, status) -> None:
     b = bed(1)
     args, kw, blocked = PHASES[phase](b, tmp_path)
-    run = mh.start(b, [*args, "--timeout", "60"], **kw)
+    run = testbed.start(b, [*args, "--timeout", "60"], **kw)
     run.wait_exec()
     if phase != "own-name-resolution":  # (cli.py sets the handlers before that lookup)
         first = run.proc.stderr.readline()
         assert "waiting for 1 host" in first, first  # the handlers are in place by now
-    mh.wait_until(blocked, 15, f"mpiwait to block in {phase}")
+    testbed.wait_until(blocked, 15, f"mpiwait to block in {phase}")
     if phase == "backoff":
         # The attempt was refused and reported: mpiwait now sleeps its backoff (a refused
         # attempt takes milliseconds, the sleep up to 30 s; the first backoff is random, so a
         # second quick attempt may have happened too, and changes nothing).
         run.wait_for(r"^mpiwait: \[\+[\d.]+s\] w1: tcp refused", timeout=15)
     else:
-        assert mh.thread_count(run.pid) >= 2  # a thread is stuck in the call
+        assert testbed.thread_count(run.pid) >= 2  # a thread is stuck in the call
     sent = time.monotonic()
     run.proc.send_signal(signum)
     run.proc.wait(10)
@@ -136,16 +132,16 @@ def test_signal_ends_the_wait_within_a_second(bed, tmp_path, phase, signum, stat
     else:
         assert len(summaries) == 1 and f"interrupted by {name}" in summaries[0], result
         assert "1 of 1 host not ready" in summaries[0], result
-    assert not mh.alive(run.pid)
-    assert mh.related_pids(run.pid) == [], "processes left in mpiwait's group or as children"
+    assert not testbed.alive(run.pid)
+    assert testbed.related_pids(run.pid) == [], "processes left in mpiwait's group or as children"
 
 
 def test_slow_own_name_lookup_delays_the_start_at_most_two_seconds(bed, tmp_path) -> None:
     b = bed(1)
     binds = _launcher_hosts_without_own_name(b, tmp_path)
-    result = mh.run(b, ["--hosts", "w1", "--timeout", "30"], wrapper=mh.wrap(binds=binds))
+    result = testbed.run(b, ["--hosts", "w1", "--timeout", "30"], wrapper=testbed.wrap(binds=binds))
     assert result.returncode == 0, result
-    assert _packets_seen(b.hosts[0].ns)  # it did ask (our black hole), and did not wait for it
+    assert _packets_seen(b)  # it did ask (our black hole), and did not wait for it
     # SELF_LOOKUP_TIMEOUT + start-up slack on a loaded 2-core machine; the lookup itself would
     # hang for the black hole's 30 s.
     assert result.elapsed < 2.0 + 6.0, result

@@ -6,7 +6,7 @@ ceiling within the first seconds (every probe slot busy) and a leak of one fd or
 attempt would cross the bound after a few dozen of the thousands of attempts made here, so a
 second minute would add nothing but a minute to a CI suite that must stay under ten on 2 cores.
 
-The 200 hosts are addresses of one namespace with one sshd (manyhosts.ManyHosts). Flapping is
+The 200 hosts are addresses of one namespace with one sshd (testbed.ManyHosts). Flapping is
 per address, with iptables rules swapped every TICK: refused (RST), dropped (connect times out),
 stalled (TCP connects, then nothing: no banner), and, for half of the flappers once their turn
 has come, up (a login works). The other 25 never come up until the churn ends.
@@ -18,8 +18,8 @@ import random
 import time
 from pathlib import Path
 
-import manyhosts as mh
 import pytest
+import testbed
 from conftest import requires_root_netns
 
 pytestmark = [pytest.mark.root, requires_root_netns]
@@ -50,9 +50,9 @@ def test_200_hosts_50_flapping_bounded_then_complete(tmp_path) -> None:
     rng = random.Random(20261129)
     flappers = list(range(N - FLAPPING, N))
     down = ["refuse", "drop", "stall"]
-    with mh.ManyHosts(N, workdir=tmp_path / "many") as m:
+    with testbed.ManyHosts(N, workdir=tmp_path / "many") as m:
         m.set_states({i: rng.choice(down) for i in flappers})
-        run = mh.start(
+        run = testbed.start(
             m,
             ["-F", str(m.ssh_config), "--hosts", ",".join(m.names), "--timeout", "300",
              "--connect-timeout", f"{CONNECT:g}", "--retry-max", f"{RETRY_MAX:g}",
@@ -66,7 +66,7 @@ def test_200_hosts_50_flapping_bounded_then_complete(tmp_path) -> None:
         flips = 0
         while (elapsed := time.monotonic() - began) < CHURN:
             assert run.proc.poll() is None, run.finish(5)  # not done while 25 never came up
-            samples.append((elapsed, mh.fd_count(run.pid), mh.thread_count(run.pid)))
+            samples.append((elapsed, testbed.fd_count(run.pid), testbed.thread_count(run.pid)))
             changes = {}
             for k, i in enumerate(flappers):
                 if rng.random() < 0.5:

@@ -1,4 +1,4 @@
-"""Tests of the multi-host test bed itself (tests/testbed.py): real sshd, real ssh, real MPI."""
+"""Tests of the multi-host test bed itself (tests/testbed/): real sshd, real ssh, real MPI."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import testbed
 from conftest import requires_mpich, requires_openmpi, requires_root_netns
+from testbed import _netns, _sys  # this file tests the library itself
 
 pytestmark = [pytest.mark.root, requires_root_netns]
 
@@ -26,8 +27,8 @@ def ssh(bed: testbed.TestBed, host: str, *cmd: str, opts=(), **kw) -> subprocess
 
 def leftovers(bed_id: str) -> list[str]:
     """Namespaces, links and live (non-zombie) processes of a bed that still exist."""
-    out = [n for n in testbed._list_ns() + testbed._list_links() if testbed._belongs(n, bed_id)]
-    for pid in testbed._tagged_pids(bed_id):
+    out = [n for n in _sys.list_ns() + _sys.list_links() if _netns._belongs(n, bed_id)]
+    for pid in _sys.tagged_pids(bed_id):
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
@@ -270,7 +271,7 @@ def _down_leaves_nothing(b: testbed.TestBed, tmp_path: Path) -> None:
     assert leftovers(bed_id) == []
     assert session.poll() is not None and stray.poll() is not None
     assert not (testbed.STATE_ROOT / "beds" / f"{bed_id}.json").exists()
-    claims = testbed._shared_dirs_load()
+    claims = _netns._shared_dirs_load()
     assert all(bed_id not in users for users in claims.values())
     if not etc_mpi_existed and "/etc/mpi" not in claims:  # (a concurrent bed may hold it)
         assert not Path("/etc/mpi").exists()
@@ -294,10 +295,9 @@ def test_cleanup_stale_after_a_crashed_run(tmp_path):
     prefix = "x" + "".join(random.choice(string.ascii_lowercase) for _ in range(2))
     code = textwrap.dedent(f"""
         import os, signal, subprocess, sys
-        sys.path.insert(0, {str(Path(testbed.__file__).parent)!r})
+        sys.path.insert(0, {str(Path(testbed.__file__).parent.parent)!r})
         import testbed
-        testbed.PREFIX = {prefix!r}
-        b = testbed.TestBed(2, workdir={str(tmp_path / "bed")!r})
+        b = testbed.TestBed(2, workdir={str(tmp_path / "bed")!r}, prefix={prefix!r})
         b.up()
         b.popen(["sleep", "300"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         print(b.bed_id, flush=True)

@@ -1,11 +1,16 @@
-"""What a test session left behind: namespaces, links, mounts and processes (see conftest.py).
+"""What a test session left behind: namespaces, links, mounts, processes, and the containers and
+dockerd of the container tests (see conftest.py).
 
 A session is checked at its end against a baseline taken at its start. Only what is this
 session's counts, so that concurrent sessions on the same machine (and their live beds) are left
 alone: namespaces and links named like a bed (``<prefix><base-36 owner pid>-<n>...``, the
-convention of testbed.py, manyhosts.py and scripts/demo) whose owner is this process or is gone,
+convention of TestBed, ManyHosts and scripts/demo) whose owner is this process or is gone,
 mounts under this session's directories, and processes whose command line points into this
-session's temporary directory or that carry the tag of one of this process's beds.
+session's temporary directory or that carry the tag of one of this process's beds or engines
+(containers.Engine tags its containerd and dockerd; the shims and the containers' processes are
+their descendants). A dockerd of ours still running is asked for its containers, so they are
+named; mounts under the engines' shared data root (containers.CACHE) count as ours while no
+dockerd of another session uses it.
 """
 
 from __future__ import annotations
@@ -20,9 +25,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import testbed
+from . import _sys, containers
+from ._netns import BedError, _teardown_by_id
 
-BED_PREFIXES = ("mw", "mh", "md")  # testbed.PREFIX, manyhosts.PREFIX, scripts/demo's BED_PREFIX
+BED_PREFIXES = ("mw", "mh", "md")  # TestBed, ManyHosts, scripts/demo (TestBed(prefix="md"))
+# containers.Engine's tag (never a namespace or link name)
+ENGINE_PREFIX = containers.ENGINE_PREFIX
 _BED_NAME = re.compile(r"^([a-z]{2})([0-9a-z]+)-(\d+)[bvn]\d*$")
 
 
@@ -39,9 +47,11 @@ class Leftovers:
     names: tuple[str, ...]
     mounts: tuple[str, ...]
     pids: tuple[tuple[int, str], ...]  # (pid, command line)
+    containers: tuple[str, ...] = ()  # "name (image)" of a leaked dockerd's containers
 
     def describe(self) -> list[str]:
-        out = [f"namespace or link {n}" for n in self.names]
+        out = [f"container {c}" for c in self.containers]
+        out += [f"namespace or link {n}" for n in self.names]
         out += [f"mount {m}" for m in self.mounts]
         out += [f"process {pid}: {cmd}" for pid, cmd in self.pids]
         return out
@@ -51,8 +61,8 @@ def _names() -> set[str]:
     if os.geteuid() != 0:
         return set()
     try:
-        return set(testbed._list_ns()) | set(testbed._list_links())
-    except testbed.BedError:
+        return set(_sys.list_ns()) | set(_sys.list_links())
+    except BedError:
         return set()
 
 
@@ -70,7 +80,7 @@ def baseline(roots: Sequence[Path]) -> Baseline:
 
 
 def _b36(n: int) -> str:
-    return testbed._b36(n)
+    return _sys.b36(n)
 
 
 def _ours(name: str, me: int) -> str | None:
@@ -111,13 +121,11 @@ def find(base: Baseline, me: int | None = None) -> Leftovers:
     names = sorted(n for n in _names() - base.names if _ours(n, me))
     beds = sorted({b for n in names if (b := _ours(n, me))})
     roots = [r.rstrip("/") + "/" for r in base.roots]
-    mounts = sorted(
-        m for m in _mounts() - base.mounts if any((m + "/").startswith(r) for r in roots)
-    )
-    tags = [f"\0{testbed.ENV_TAG}={p}{_b36(me)}-".encode() for p in BED_PREFIXES]
-    tags += [f"\0{testbed.ENV_TAG}={b}".encode() for b in beds]
-    protected = testbed._ancestors()
+    tags = [f"\0{_sys.ENV_TAG}={p}{_b36(me)}-".encode() for p in (*BED_PREFIXES, ENGINE_PREFIX)]
+    tags += [f"\0{_sys.ENV_TAG}={b}".encode() for b in beds]
+    protected = _sys.ancestors()
     pids = []
+    running: list[str] = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit() or int(entry.name) in protected:
             continue
@@ -127,8 +135,45 @@ def find(base: Baseline, me: int | None = None) -> Leftovers:
             continue
         if any(r in cmd + "/" for r in roots) or _proc_tagged(pid, tags):
             pids.append((pid, cmd[:300]))
+            running += _containers_of(cmd)  # the whole command line: --host may come late
     pids += [(pid, _proc_cmdline(pid) or "?") for pid in _descendants({p for p, _ in pids})]
-    return Leftovers(tuple(beds), tuple(names), tuple(mounts), tuple(sorted(set(pids))))
+    mount_roots = list(roots)
+    if not _foreign_dockerd(tags, protected):
+        mount_roots.append(str(containers.CACHE).rstrip("/") + "/")
+    mounts = sorted(
+        m for m in _mounts() - base.mounts if any((m + "/").startswith(r) for r in mount_roots)
+    )
+    return Leftovers(
+        tuple(beds), tuple(names), tuple(mounts), tuple(sorted(set(pids))), tuple(running)
+    )
+
+
+def _foreign_dockerd(tags: Sequence[bytes], protected: set[int]) -> bool:
+    """Whether a dockerd that is not this session's runs (its mounts under the cache are its)."""
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit() or int(entry.name) in protected:
+            continue
+        cmd = _proc_cmdline(int(entry.name))
+        dockerd = cmd is not None and cmd.split(" ", 1)[0].endswith("dockerd")
+        if dockerd and not _proc_tagged(int(entry.name), tags):
+            return True
+    return False
+
+
+def _containers_of(cmd: str) -> list[str]:
+    """The containers a (leaked) dockerd still holds, as "name (image)"; [] for anything else."""
+    argv = cmd.split(" ")
+    if not argv[0].endswith("dockerd") or "--host" not in argv[:-1]:
+        return []
+    host = argv[argv.index("--host") + 1]
+    try:
+        p = subprocess.run(
+            ["docker", "-H", host, "ps", "-a", "--format", "{{.Names}} ({{.Image}})"],
+            capture_output=True, text=True, timeout=30, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return p.stdout.split("\n")[:-1] if p.returncode == 0 else []
 
 
 def _descendants(roots: set[int]) -> list[int]:
@@ -150,13 +195,13 @@ def _descendants(roots: set[int]) -> list[int]:
 def clean(left: Leftovers) -> None:
     """Remove what ``find`` found: processes first, then mounts, then beds."""
     for _ in range(3):
-        if not testbed._kill_pids([pid for pid, _ in left.pids], signal.SIGKILL):
+        if not _sys.kill_pids([pid for pid, _ in left.pids], signal.SIGKILL):
             break
         time.sleep(0.05)
     for m in sorted(left.mounts, key=len, reverse=True):
         subprocess.run(["umount", "-l", m], capture_output=True, timeout=30, check=False)
     if left.beds and os.geteuid() == 0:
-        with testbed._global_lock():
+        with _sys.global_lock():
             for bed_id in left.beds:
-                with contextlib.suppress(testbed.BedError, OSError):
-                    testbed._teardown_by_id(bed_id)
+                with contextlib.suppress(BedError, OSError):
+                    _teardown_by_id(bed_id)

@@ -31,6 +31,8 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from ._sys import ENV_TAG, b36
+
 CACHE = Path(os.environ.get("MPIWAIT_TEST_CACHE", "/var/cache/mpiwait-tests"))
 MIRROR = os.environ.get("MPIWAIT_TEST_MIRROR", "http://deb.debian.org/debian")
 SUITES = ("bullseye", "bookworm", "trixie")
@@ -39,6 +41,9 @@ HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 TOOLS = ("dockerd", "containerd", "runc", "docker", "debootstrap")
 # Bumped when what goes into a cached root filesystem changes.
 ROOTFS_VERSION = "1"
+# An Engine's containerd and dockerd carry MPIWAIT_TESTBED=<this><owner pid, base 36>-<n>, so the
+# session's leak check finds them (and, as their descendants, the shims and containers).
+ENGINE_PREFIX = "mc"
 
 
 class EngineError(RuntimeError):
@@ -225,10 +230,11 @@ class Engine:
         self._clean()
 
     def _spawn(self, argv: list[str], log: Path) -> None:
+        tag = f"{ENGINE_PREFIX}{b36(os.getpid())}-{id(self):x}"
         with open(log, "ab") as f:
             self._procs.append(
                 subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=f,
-                                 start_new_session=True)
+                                 start_new_session=True, env={**os.environ, ENV_TAG: tag})
             )  # fmt: skip
 
     def _wait_for(self, path: Path, what: str) -> None:
@@ -238,6 +244,10 @@ class Engine:
                 self.stop()
                 raise EngineError(f"{what} did not start: {self.log()[-2000:]}")
             time.sleep(0.05)
+
+    def pids(self) -> list[int]:
+        """The containerd and dockerd this engine started (running or not)."""
+        return [p.pid for p in self._procs]
 
     def log(self) -> str:
         return "".join(

@@ -30,19 +30,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-__all__ = [
-    "SSHD",
-    "BannerThenSilence",
-    "Lab",
-    "LoopbackError",
-    "SilentListener",
-    "Sshd",
-    "free_port",
-    "keygen",
-    "missing_requirements",
-    "private_key_body_lines",
-    "public_key",
-]
+from ._proc import key_secret_lines
 
 SSHD = "/usr/sbin/sshd"
 SSH_KEYGEN = "ssh-keygen"
@@ -110,16 +98,6 @@ def keygen(
 def public_key(private: Path) -> str:
     """The ``type base64 comment`` line of a key made by keygen()."""
     return Path(str(private) + ".pub").read_text().strip()
-
-
-def private_key_body_lines(private: Path) -> list[str]:
-    """The base64 lines of a private key file: none of them may ever appear in any output."""
-    lines = []
-    for line in Path(private).read_text().splitlines():
-        line = line.strip()
-        if line and not line.startswith("-----") and ":" not in line and len(line) >= 16:
-            lines.append(line)
-    return lines
 
 
 # ---------------------------------------------------------------------------------------------
@@ -231,7 +209,9 @@ class Sshd:
                 return self
             if self.running:
                 return self
-            Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
+            # sshd wants its privilege separation directory as root; not as another user
+            with contextlib.suppress(PermissionError):
+                Path("/run/sshd").mkdir(mode=0o755, parents=True, exist_ok=True)
             log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
             try:
                 self._proc = subprocess.Popen(
@@ -478,7 +458,7 @@ class Lab:
         return [*self.errors, *late]
 
     def secret_lines(self) -> list[str]:
-        return [line for key in self.keys if key.exists() for line in private_key_body_lines(key)]
+        return [line for key in self.keys if key.exists() for line in key_secret_lines(key)]
 
     def close(self) -> None:
         errors: list[BaseException] = []

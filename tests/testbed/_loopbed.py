@@ -16,7 +16,7 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from benchmarks.common import testbed
+from . import _netns as testbed
 
 
 class LoopBed:

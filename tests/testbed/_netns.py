@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import fcntl
 import json
 import os
 import pwd
@@ -43,27 +42,29 @@ import subprocess
 import sys
 import time
 import weakref
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
 
-__all__ = [
-    "ENV_TAG",
-    "PREFIX",
-    "STATE_ROOT",
-    "BedError",
-    "TestBed",
-    "WorkerHost",
-    "cleanup_stale",
-    "missing_requirements",
-]
+from ._faults import HostFaults
+from ._sys import ENV_TAG, STATE_ROOT, BedError
+from ._sys import b36 as _b36
+from ._sys import global_lock as _global_lock
+from ._sys import kill_group as _kill_group
+from ._sys import kill_pids as _kill_pids
+from ._sys import list_links as _list_links
+from ._sys import list_ns as _list_ns
+from ._sys import listening as _listening
+from ._sys import netns_pids as _netns_pids
+from ._sys import openssh_version as _openssh_version
+from ._sys import proc_starttime as _proc_starttime
+from ._sys import sh as _sh
+from ._sys import tagged_pids as _tagged_pids
 
-STATE_ROOT = Path("/tmp/mpiwait-testbed")  # state files, lock, files a non-root user must read
-PREFIX = "mw"  # every namespace and link of every bed starts with this (read at call time)
+PREFIX = "mw"  # starts every namespace and link name of a bed, unless TestBed(prefix=) says
 SUBNET = "10.123"  # bed <index> uses 10.123.<index>.0/24
-ENV_TAG = "MPIWAIT_TESTBED"  # env var marking every process a bed starts
 FIRST_HOST = 11  # w1 is .11, w2 .12, ...
 MAX_HOSTS = 254 - FIRST_HOST + 1
 SSHD = "/usr/sbin/sshd"
@@ -75,150 +76,8 @@ _LABEL = r"[A-Za-z0-9]([A-Za-z0-9-]*[A-Za-z0-9])?"
 _NAME_RE = re.compile(rf"^{_LABEL}(\.{_LABEL})*$")
 
 
-class BedError(RuntimeError):
-    """The bed could not do what was asked (the message says what and why)."""
-
-
 # --------------------------------------------------------------------------------------------
 # small helpers
-
-
-def _b36(n: int) -> str:
-    digits = "0123456789abcdefghijklmnopqrstuvwxyz"
-    out = ""
-    while True:
-        n, r = divmod(n, 36)
-        out = digits[r] + out
-        if n == 0:
-            return out
-
-
-def _sh(
-    argv: Sequence[str | os.PathLike[str]],
-    *,
-    check: bool = True,
-    input: str | None = None,
-    timeout: float = 30.0,
-) -> subprocess.CompletedProcess[str]:
-    """Run a setup command (never through a shell); raise BedError with its stderr on failure."""
-    args = [os.fspath(a) for a in argv]
-    try:
-        cp = subprocess.run(
-            args,
-            input=input,
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            stdin=None if input is not None else subprocess.DEVNULL,
-        )
-    except (OSError, subprocess.TimeoutExpired) as e:
-        raise BedError(f"{shlex.join(args)}: {e}") from e
-    if check and cp.returncode != 0:
-        raise BedError(f"{shlex.join(args)} exited {cp.returncode}: {cp.stderr.strip()}")
-    return cp
-
-
-def _proc_starttime(pid: int) -> int | None:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # field 22, counted after the ")" that ends the command name
-    return int(stat.rsplit(")", 1)[1].split()[19])
-
-
-def _ancestors() -> set[int]:
-    pids, pid = set(), os.getpid()
-    while pid > 1:
-        pids.add(pid)
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            pid = int(stat.rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            break
-    return pids
-
-
-def _kill_pids(pids: Iterator[int] | Sequence[int], sig: int = signal.SIGKILL) -> int:
-    protected = _ancestors()
-    n = 0
-    for pid in pids:
-        if pid in protected:
-            continue
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, sig)
-            n += 1
-    return n
-
-
-def _tagged_pids(bed_id: str) -> list[int]:
-    """Processes whose environment carries this bed's tag."""
-    needle = f"{ENV_TAG}={bed_id}\0".encode()
-    out = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry.name}/environ", "rb") as f:
-                data = b"\0" + f.read()
-        except OSError:
-            continue
-        if b"\0" + needle in data + b"\0":
-            out.append(int(entry.name))
-    return out
-
-
-def _netns_pids(ns: str) -> list[int]:
-    cp = _sh(["ip", "netns", "pids", ns], check=False)
-    return [int(x) for x in cp.stdout.split() if x.isdigit()]
-
-
-def _kill_group(p: subprocess.Popen[Any], grace: float = 2.0) -> None:
-    """SIGTERM the process group led by ``p`` (started with start_new_session), then SIGKILL."""
-    try:
-        leads_group = os.getpgid(p.pid) == p.pid
-    except ProcessLookupError:
-        leads_group = True  # already gone: sweep its group below
-    if p.poll() is None:
-        kill = (lambda sig: os.killpg(p.pid, sig)) if leads_group else p.send_signal
-        with contextlib.suppress(ProcessLookupError):
-            kill(signal.SIGTERM)
-        try:
-            p.wait(grace)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                kill(signal.SIGKILL)
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                p.wait(5)
-    if leads_group:  # members of the group that outlived the leader
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(p.pid, signal.SIGKILL)
-
-
-def _listening(pid: int, port: int) -> bool | None:
-    """Whether anything listens on TCP ``port`` in the network namespace of ``pid``.
-
-    Reads /proc/<pid>/net/tcp (the table of that process's namespace): no traffic, no exec.
-    None when the process is gone.
-    """
-    try:
-        with open(f"/proc/{pid}/net/tcp") as f:
-            lines = f.read().splitlines()[1:]
-    except OSError:
-        return None
-    want = f":{port:04X}"
-    for line in lines:
-        parts = line.split()
-        if len(parts) > 3 and parts[1].endswith(want) and parts[3] == "0A":
-            return True
-    return False
-
-
-@cache
-def _openssh_version() -> tuple[int, int]:
-    cp = subprocess.run(["ssh", "-V"], capture_output=True, text=True)
-    m = re.search(r"OpenSSH_(\d+)\.(\d+)", cp.stderr + cp.stdout)
-    return (int(m.group(1)), int(m.group(2))) if m else (0, 0)
 
 
 @cache
@@ -246,20 +105,6 @@ def missing_requirements() -> str | None:
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"namespace probe failed: {e}"
     return None
-
-
-@contextlib.contextmanager
-def _global_lock() -> Iterator[None]:
-    """Serialises index allocation, stale cleanup and shared-dir bookkeeping across processes."""
-    STATE_ROOT.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(OSError):
-        STATE_ROOT.chmod(0o755)
-    with open(STATE_ROOT / "lock", "a+") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _beds_dir() -> Path:
@@ -340,24 +185,21 @@ def _teardown_by_id(
     _release_shared_dirs(bed_id)
 
 
-def _list_ns() -> list[str]:
-    cp = _sh(["ip", "netns", "list"], check=False)
-    return [line.split()[0] for line in cp.stdout.splitlines() if line.strip()]
-
-
-def _list_links() -> list[str]:
-    cp = _sh(["ip", "-o", "link", "show"], check=False)
-    out = []
-    for line in cp.stdout.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) >= 2:
-            out.append(parts[1].strip().split("@")[0])
-    return out
-
-
 def _belongs(name: str, bed_id: str) -> bool:
     """Whether a namespace or link name is one of bed ``bed_id``'s (<id>b, <id>v<i>, <id>n<i>)."""
     return name.startswith(bed_id) and re.fullmatch(r"[bvn]\d*", name[len(bed_id) :]) is not None
+
+
+def bed_names(prefix: str = PREFIX) -> list[str]:
+    """Namespaces and links named like a bed of ``prefix`` (of any owner, live or gone)."""
+    return [n for n in _list_ns() + _list_links() if _bed_of(n, prefix)]
+
+
+def bed_owner(name: str, prefix: str = PREFIX) -> int | None:
+    """The pid that made the bed of ``prefix`` a namespace or link name belongs to (it may be
+    gone), or None when the name is not one of such a bed."""
+    bed_id = _bed_of(name, prefix)
+    return int(bed_id[len(prefix) :].split("-")[0], 36) if bed_id else None
 
 
 def _bed_of(name: str, prefix: str | None = None) -> str | None:
@@ -474,7 +316,7 @@ def _down_all_at_exit() -> None:
                 bed.down()
 
 
-class TestBed:
+class TestBed(HostFaults):
     """N worker hosts (network namespaces with sshd) and a launcher context, on one machine.
 
     Use as a context manager (``with TestBed(3, workdir=tmp) as bed:``) or call ``up()`` and
@@ -496,6 +338,7 @@ class TestBed:
         start: bool = True,
         published: bool = True,
         persistent: bool = False,
+        prefix: str = PREFIX,
     ) -> None:
         """
         n: number of workers (1..244).
@@ -508,6 +351,7 @@ class TestBed:
         key_type: "ed25519" or "ecdsa-p521-pem" (PEM "BEGIN EC PRIVATE KEY", as mpi-operator).
         start: start sshd on every worker in up(). published: names in the hosts file at up().
         persistent: the bed outlives this process (scripts/testbed); cleanup_stale() keeps it.
+        prefix: starts every namespace and link name (1-3 lowercase letters; scripts/demo: md).
         """
         if not 1 <= n <= MAX_HOSTS:
             raise ValueError(f"n must be 1..{MAX_HOSTS}, got {n}")
@@ -530,6 +374,9 @@ class TestBed:
         self.user = user
         self.key_type = key_type
         self.persistent = persistent
+        if not re.fullmatch(r"[a-z]{1,3}", prefix):
+            raise ValueError(f"prefix must be 1-3 lowercase letters, got {prefix!r}")
+        self.prefix = prefix
         self._names = names
         self._start_at_up = start
         self._published_at_up = published
@@ -669,7 +516,7 @@ class TestBed:
         t0 = time.monotonic()
         self.workdir.mkdir(parents=True, exist_ok=True)
         with _global_lock():
-            _cleanup_stale_locked(PREFIX, include_persistent=False, force=False)
+            _cleanup_stale_locked(self.prefix, include_persistent=False, force=False)
             used = _used_indexes()
             if self._index_req is None:
                 free = [k for k in range(256) if k not in used]
@@ -680,7 +527,7 @@ class TestBed:
                 if self._index_req in used:
                     raise BedError(f"{SUBNET}.{self._index_req}.0/24 is in use by another bed")
                 self.index = self._index_req
-            self.bed_id = f"{PREFIX}{_b36(os.getpid())}-{self.index}"
+            self.bed_id = f"{self.prefix}{_b36(os.getpid())}-{self.index}"
             _beds_dir().mkdir(parents=True, exist_ok=True)
             self._down_done = False
             _live_beds.add(self)
@@ -999,7 +846,7 @@ class TestBed:
         kw.setdefault("capture_output", True)
         kw.setdefault("text", True)
         kw.setdefault("stdin", subprocess.DEVNULL)
-        kw["env"] = self._env(kw.get("env"))
+        kw["env"] = self.env(kw.get("env"))
         return subprocess.run(self.ns_exec_cmd(i, argv), timeout=timeout, **kw)
 
     def _spawn(self, argv: list[str], log: Path | None) -> subprocess.Popen[Any]:
@@ -1011,11 +858,16 @@ class TestBed:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                env=self._env(None),
+                env=self.env(None),
             )
         finally:
             if log:
                 out.close()  # type: ignore[union-attr]
+
+    def sshd_pid(self, i: int) -> int | None:
+        """The pid of worker i's sshd as this bed started it (None when it did not)."""
+        p = self._sshd.get(i)
+        return p.pid if p is not None and p.poll() is None else None
 
     def sshd_running(self, i: int) -> bool:
         """Whether sshd (or its delayed start) of worker i is alive."""
@@ -1240,7 +1092,8 @@ class TestBed:
 
     # ---- launcher context --------------------------------------------------------------------
 
-    def _env(self, env: dict[str, str] | None) -> dict[str, str]:
+    def env(self, env: dict[str, str] | None = None) -> dict[str, str]:
+        """``env`` (default: ours) tagged as this bed's, for a process of its launcher context."""
         e = dict(os.environ if env is None else env)
         e[ENV_TAG] = self.bed_id
         return e
@@ -1357,7 +1210,7 @@ class TestBed:
         kw.setdefault("text", True)
         if "input" not in kw:
             kw.setdefault("stdin", subprocess.DEVNULL)
-        kw["env"] = self._env(kw.get("env"))
+        kw["env"] = self.env(kw.get("env"))
         inp = kw.pop("input", None)
         cap = kw.pop("capture_output")
         if cap:
@@ -1389,7 +1242,7 @@ class TestBed:
         """Start ``argv`` in the launcher context (own process group, killed by down()).
         Takes launcher_cmd()'s keywords and subprocess.Popen()'s."""
         lk, kw = self._split_kw(kw)
-        kw["env"] = self._env(kw.get("env"))
+        kw["env"] = self.env(kw.get("env"))
         kw.setdefault("start_new_session", True)
         p = subprocess.Popen(self.launcher_cmd(argv, **lk), **kw)
         self._launched = [q for q in self._launched if q.poll() is None] + [p]

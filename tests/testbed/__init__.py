@@ -1,0 +1,136 @@
+"""The test bed: worker hosts running real sshd on this machine, a launcher context to run
+mpiwait (or an MPI) in, and everything a test needs to put hosts into fault states and to watch
+what happens. Stdlib only (scripts/demo imports it with Debian's python3); importable without
+pytest. The public names, all of them:
+
+Labs (each a context manager; ``down()``/``close()`` leaves nothing behind):
+    TestBed(n, workdir=...)   one network namespace per host (w1..wN on 10.123.<i>.11+), own sshd,
+                              hostname and address; Open MPI and MPICH run across it
+                              (``openmpi_argv``, ``mpich_argv``). Hosts are ``bed.hosts[i]``
+                              (WorkerHost: name, addr, ns, veth, sshd_config, ...).
+    ManyHosts(n, workdir=...) hundreds of hosts as addresses of ONE namespace, one sshd; each
+                              host "up", "refuse", "drop" or "stall" via set_states().
+    LoopBed(n, workdir)       thousands of hosts as 127.1.x.y of one namespace (benchmarks).
+    Lab(root)                 sshd on 127.0.0.x:port in this namespace (lab.sshd() gives an Sshd;
+                              lab.silent(), lab.banner_then_silence(), lab.key(); keygen,
+                              public_key): no namespace needed.
+
+A host's fault states (TestBed, by position i): stop_sshd/start_sshd(delay=), blackhole,
+    link_down/link_up, start_silent_listener, start_banner_listener, set_max_startups,
+    slow_link/unslow_link, publish/unpublish (its name in the launcher's hosts file), iptables;
+    what reached it: syns(i) (SYNs counted by a rule), rule_packets(i), sshd_log, ns_pid(i).
+
+The launcher context (TestBed/ManyHosts): ``bed.popen``/``bed.run``/``bed.launcher_cmd`` run a
+    command where the bed's names resolve (files only), ssh reads the bed's ssh_config, as the
+    bed's user; ``bed.env()`` tags an environment as the bed's; ``write_etc_mpi``,
+    ``write_discover_hosts``, ``write_ssh_auth`` lay out /etc/mpi and keys; ``wrap()`` adds bind
+    mounts and a drop to another uid; ``dns_blackhole_files()`` a resolver that never answers.
+
+A process: ``start(bed, args, command=...)`` runs ``python -m mpiwait`` there and returns a Proc,
+    whose one synchronisation primitive is ``wait_for(regex, stream=)``: until a line appears;
+    ``finish()`` gives a Result and fails on a traceback or any registered key material
+    (register_key, register_secret, check_output_hygiene). ``run()`` = start + finish.
+    ``Proc(popen, argv, started)`` wraps any process. /proc readers: alive,
+    related_pids, fd_count, thread_count, tcp_states, listening; kill_group; wait_until.
+
+Housekeeping: missing_requirements(flavour), cleanup_stale(), bed_names(prefix), bed_owner(name),
+    BedError, ENV_TAG, STATE_ROOT, SSHD. Submodules ``containers`` (a private dockerd
+    and Debian base images: Engine) and ``leaks`` (the session-end check of conftest.py).
+"""
+
+from __future__ import annotations
+
+from . import _loopback, _netns, _shared, containers, leaks
+from ._launcher import dns_blackhole_files, wrap
+from ._loopback import (
+    Lab,
+    Sshd,
+    keygen,
+    public_key,
+)
+from ._loopbed import LoopBed
+from ._netns import SSHD, TestBed, WorkerHost, bed_names, bed_owner
+from ._proc import (
+    Proc,
+    Result,
+    alive,
+    check_output_hygiene,
+    fd_count,
+    key_secret_lines,
+    mpiwait_env,
+    register_key,
+    register_secret,
+    related_pids,
+    run,
+    start,
+    summary,
+    tcp_states,
+    thread_count,
+    wait_until,
+)
+from ._shared import ManyHosts
+from ._sys import ENV_TAG, STATE_ROOT, BedError, kill_group, listening
+
+__all__ = [
+    "ENV_TAG",
+    "SSHD",
+    "STATE_ROOT",
+    "BedError",
+    "Lab",
+    "LoopBed",
+    "ManyHosts",
+    "Proc",
+    "Result",
+    "Sshd",
+    "TestBed",
+    "WorkerHost",
+    "alive",
+    "bed_names",
+    "bed_owner",
+    "check_output_hygiene",
+    "cleanup_stale",
+    "containers",
+    "dns_blackhole_files",
+    "fd_count",
+    "key_secret_lines",
+    "keygen",
+    "kill_group",
+    "leaks",
+    "listening",
+    "missing_requirements",
+    "mpiwait_env",
+    "public_key",
+    "register_key",
+    "register_secret",
+    "related_pids",
+    "run",
+    "start",
+    "summary",
+    "tcp_states",
+    "thread_count",
+    "wait_until",
+    "wrap",
+]  # fmt: skip
+
+
+def missing_requirements(flavour: str = "netns") -> str | None:
+    """Why a lab of ``flavour`` cannot run here (a sentence), or None when it can: "netns"
+    (TestBed, ManyHosts, LoopBed), "loopback" (Lab) or "containers" (containers.Engine)."""
+    if flavour == "netns":
+        return _netns.missing_requirements()
+    if flavour == "loopback":
+        return _loopback.missing_requirements()
+    if flavour == "containers":
+        return containers.missing_requirements()
+    raise ValueError(f"unknown flavour {flavour!r}: netns, loopback or containers")
+
+
+def cleanup_stale(
+    prefix: str | None = None, *, include_persistent: bool = False, force: bool = False
+) -> list[str]:
+    """Remove what labs left whose owner process is gone (a crashed run); return their ids.
+    ``prefix`` None: TestBeds of PREFIX and ManyHosts sets; else TestBeds of ``prefix`` only.
+    A live owner's bed stays unless ``force``; a persistent one (scripts/testbed) unless
+    ``include_persistent``."""
+    removed = _netns.cleanup_stale(prefix, include_persistent=include_persistent, force=force)
+    return removed + (_shared.cleanup_stale() if prefix is None else [])
