@@ -25,8 +25,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import loopback
-from loopback import Lab
+import testbed
+from testbed import Lab
 
 from mpiwait.errors import ExitCode
 
@@ -36,8 +36,8 @@ ADDRESS = "127.0.0.2"
 pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root to run a process at another uid"),
     pytest.mark.skipif(
-        loopback.missing_requirements() is not None,
-        reason=f"loopback sshd: {loopback.missing_requirements()}",
+        testbed.missing_requirements("loopback") is not None,
+        reason=f"loopback sshd: {testbed.missing_requirements('loopback')}",
     ),
     pytest.mark.skipif(shutil.which("ssh") is None, reason="needs the OpenSSH client"),
 ]
@@ -135,7 +135,7 @@ def test_without_command_it_waits_and_logs_in_at_that_uid(
     at_uid: list[str], open_dir: Path, tmp_path: Path
 ) -> None:
     # The initContainer: any uid, mpiwait's own probes log in (paramiko needs no passwd entry).
-    key = loopback.keygen(open_dir / "id_ed25519")
+    key = testbed.keygen(open_dir / "id_ed25519")
     os.chown(key, UID, UID)  # a key of its own, 0600, as the ssh-auth volume gives it
     config = open_dir / "ssh_config"
     config.write_text(
@@ -154,4 +154,4 @@ def test_without_command_it_waits_and_logs_in_at_that_uid(
     assert "1 host ready in" in result.stderr, result
     assert accepted >= 1
     output = result.stdout + result.stderr
-    assert not any(line in output for line in loopback.private_key_body_lines(key))
+    assert not any(line in output for line in testbed.key_secret_lines(key))
