@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import testbed
 
 from mpiwait.errors import ExitCode, LaunchError
 from mpiwait.launch import (
@@ -208,18 +209,7 @@ def test_missing_ssh_client_ignores_other_commands(tmp_path: Path, command: str)
     assert check_remote_agent([command], {}, path=str(tmp_path)) is None
 
 
-def _uid_without_passwd_entry() -> int:
-    import pwd
-
-    for uid in range(54321, 54421):
-        try:
-            pwd.getpwuid(uid)
-        except KeyError:
-            return uid
-    raise AssertionError("every uid from 54321 to 54420 has a passwd entry")
-
-
-NO_ENTRY = _uid_without_passwd_entry()
+NO_ENTRY = testbed.unnamed_uid()
 
 
 @pytest.mark.parametrize(

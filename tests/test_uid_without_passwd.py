@@ -13,7 +13,6 @@ Each case runs ``python -m mpiwait`` as a real process at a uid this machine has
 from __future__ import annotations
 
 import os
-import pwd
 import shutil
 import subprocess
 import sys
@@ -43,16 +42,7 @@ pytestmark = [
 ]
 
 
-def _uid_without_passwd_entry() -> int:
-    for uid in range(54321, 54421):
-        try:
-            pwd.getpwuid(uid)
-        except KeyError:
-            return uid
-    raise AssertionError("every uid from 54321 to 54420 has a passwd entry")
-
-
-UID = _uid_without_passwd_entry()
+UID = testbed.unnamed_uid()
 
 
 @pytest.fixture

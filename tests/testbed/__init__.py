@@ -34,8 +34,9 @@ A process: ``start(bed, args, command=...)`` runs ``python -m mpiwait`` there an
     related_pids, fd_count, thread_count, tcp_states, listening; kill_group; wait_until.
 
 Housekeeping: missing_requirements(flavour), cleanup_stale(), bed_names(prefix), bed_owner(name),
-    BedError, ENV_TAG, STATE_ROOT, SSHD. Submodules ``containers`` (a private dockerd
-    and Debian base images: Engine) and ``leaks`` (the session-end check of conftest.py).
+    unnamed_uid() (a uid with no passwd entry), BedError, ENV_TAG, STATE_ROOT, SSHD. Submodules
+    ``containers`` (a private dockerd and Debian base images: Engine) and ``leaks`` (the
+    session-end check of conftest.py).
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ from ._proc import (
     wait_until,
 )
 from ._shared import ManyHosts
-from ._sys import ENV_TAG, STATE_ROOT, BedError, kill_group, listening
+from ._sys import ENV_TAG, STATE_ROOT, BedError, kill_group, listening, unnamed_uid
 
 __all__ = [
     "ENV_TAG",
@@ -108,6 +109,7 @@ __all__ = [
     "summary",
     "tcp_states",
     "thread_count",
+    "unnamed_uid",
     "wait_until",
     "wrap",
 ]  # fmt: skip

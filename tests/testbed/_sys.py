@@ -189,3 +189,15 @@ def list_links() -> list[str]:
         if len(parts) >= 2:
             out.append(parts[1].strip().split("@")[0])
     return out
+
+
+def unnamed_uid() -> int:
+    """A uid with no passwd entry, as Kubernetes' runAsUser or OpenShift give a pod."""
+    import pwd
+
+    for uid in range(54321, 54421):
+        try:
+            pwd.getpwuid(uid)
+        except KeyError:
+            return uid
+    raise AssertionError("every uid from 54321 to 54420 has a passwd entry")
