@@ -36,7 +36,6 @@ from test_e2e_mpi import (
     mpiwait_env,
     progress,
     show,
-    write_in_place,
 )
 
 from mpiwait.handover import PRRTE_NAMES
@@ -92,7 +91,7 @@ class LauncherPod:
         lines.append(f"{self.b.launcher_addr}\t{self.hostname}")
         if self.published:
             lines.append(f"{self.b.launcher_addr}\t{' '.join(self.late)}")
-        write_in_place(self.hosts, "\n".join(lines) + "\n")
+        testbed.write_in_place(self.hosts, "\n".join(lines) + "\n")
 
     def publish(self) -> None:
         self.published = True

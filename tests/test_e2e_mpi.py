@@ -166,22 +166,6 @@ class Timeline:
             raise self.errors[0]
 
 
-def write_in_place(path: Path, text: str) -> None:
-    """Rewrite a bind-mounted file without replacing its inode and without ever leaving it
-    empty for a concurrent reader (a longer old text is padded with a comment)."""
-    data = text.encode()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        pad = os.fstat(fd).st_size - len(data)
-        if pad == 1:
-            data += b"\n"
-        elif pad > 1:
-            data += b"#" * (pad - 1) + b"\n"
-        os.pwrite(fd, data, 0)
-    finally:
-        os.close(fd)
-
-
 # --------------------------------------------------------------------------------------------
 # Entry-point mode and initContainer mode
 
@@ -308,7 +292,7 @@ def test_mpi_operator_layout_with_no_ssh_flags(bed, tmp_path, flavor):
     def sync_hosts() -> None:
         lines = [ln for ln in b.hosts_file.read_text().splitlines() if ln.strip()]
         lines.append(f"{b.launcher_addr}\t{JOB_LAUNCHER} {JOB_LAUNCHER.split('.')[0]}")
-        write_in_place(hosts, "\n".join(lines) + "\n")
+        testbed.write_in_place(hosts, "\n".join(lines) + "\n")
 
     sync_hosts()
     pod = [

@@ -34,6 +34,7 @@ A process: ``start(bed, args, command=...)`` runs ``python -m mpiwait`` there an
     related_pids, fd_count, thread_count, tcp_states, listening; kill_group; wait_until.
 
 Housekeeping: missing_requirements(flavour), cleanup_stale(), bed_names(prefix), bed_owner(name),
+    write_in_place(path, text) (a bind-mounted file rewritten, never seen empty),
     unnamed_uid() (a uid with no passwd entry), BedError, ENV_TAG, STATE_ROOT, SSHD. Submodules
     ``containers`` (a private dockerd and Debian base images: Engine) and ``leaks`` (the
     session-end check of conftest.py).
@@ -70,7 +71,15 @@ from ._proc import (
     wait_until,
 )
 from ._shared import ManyHosts
-from ._sys import ENV_TAG, STATE_ROOT, BedError, kill_group, listening, unnamed_uid
+from ._sys import (
+    ENV_TAG,
+    STATE_ROOT,
+    BedError,
+    kill_group,
+    listening,
+    unnamed_uid,
+    write_in_place,
+)
 
 __all__ = [
     "ENV_TAG",
@@ -112,6 +121,7 @@ __all__ = [
     "unnamed_uid",
     "wait_until",
     "wrap",
+    "write_in_place",
 ]  # fmt: skip
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ._proc import REPO
+from ._sys import drop_to
 
 STAGE_DIR = Path("/run/mpiwait-testbed-stage")  # an empty mount point, used only inside mount ns
 # Where the checkout and its venv stay reachable when a bind hides them (a clone under /tmp, with
@@ -130,19 +131,7 @@ def wrap(
         )
     if cwd is not None:
         lines.append(f"cd {shlex.quote(str(cwd))}")
-    drop: list[str] = []
-    if user is not None:
-        pw = pwd.getpwnam(user)
-        drop = [
-            "setpriv",
-            f"--reuid={pw.pw_uid}",
-            f"--regid={pw.pw_gid}",
-            "--init-groups",
-            "env",
-            f"HOME={home or pw.pw_dir}",
-            f"USER={pw.pw_name}",
-            f"LOGNAME={pw.pw_name}",
-        ]
+    drop = drop_to(pwd.getpwnam(user), home) if user is not None else []
     lines.append('exec "$@"')
     STAGE_DIR.mkdir(mode=0o700, exist_ok=True)
     if moved:

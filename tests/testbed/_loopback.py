@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ._proc import key_secret_lines
+from ._sys import SSHD_KEY_LOGIN_ONLY
 
 SSHD = "/usr/sbin/sshd"
 SSH_KEYGEN = "ssh-keygen"
@@ -164,14 +165,7 @@ class Sshd:
         self.config_path.write_text(
             f"ListenAddress {address}:{port}\n"
             f"HostKey {self.host_key}\n"
-            f"AuthorizedKeysFile {self.authorized_keys}\n"
-            "UsePAM no\n"
-            "PasswordAuthentication no\n"
-            "KbdInteractiveAuthentication no\n"
-            "PubkeyAuthentication yes\n"
-            "PermitRootLogin prohibit-password\n"
-            "StrictModes no\n"
-            "PidFile none\n"
+            f"AuthorizedKeysFile {self.authorized_keys}\n" + SSHD_KEY_LOGIN_ONLY + "PidFile none\n"
             "UseDNS no\n"
             "MaxStartups 100\n"
             "LogLevel VERBOSE\n" + extra_config

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from ._faults import HostFaults
-from ._sys import ENV_TAG, STATE_ROOT, BedError
+from ._sys import ENV_TAG, SSHD_KEY_LOGIN_ONLY, STATE_ROOT, BedError, drop_to, write_in_place
 from ._sys import b36 as _b36
 from ._sys import global_lock as _global_lock
 from ._sys import kill_group as _kill_group
@@ -221,17 +221,7 @@ def write_hosts_file(
     if me and me != "localhost":
         lines.append(f"127.0.0.1\t{me}")
     lines += [f"{addr}\t{names}" for addr, names in entries]
-    data = ("\n".join(lines) + "\n").encode()
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        pad = os.fstat(fd).st_size - len(data)
-        if pad == 1:
-            data += b"\n"
-        elif pad > 1:
-            data += b"#" + b" " * (pad - 2) + b"\n"
-        os.pwrite(fd, data, 0)
-    finally:
-        os.close(fd)
+    write_in_place(path, "\n".join(lines) + "\n")
 
 
 def cleanup_stale(
@@ -682,13 +672,8 @@ class TestBed(HostFaults):
                 f"ListenAddress {h.addr}\n"
                 f"HostKey {self.host_key}\n"
                 "PidFile none\n"
-                "UsePAM no\n"
-                "PasswordAuthentication no\n"
-                "KbdInteractiveAuthentication no\n"
-                "PubkeyAuthentication yes\n"
-                "PermitRootLogin prohibit-password\n"
-                "StrictModes no\n"
-                f"AuthorizedKeysFile {self.authorized_keys}\n"
+                + SSHD_KEY_LOGIN_ONLY
+                + f"AuthorizedKeysFile {self.authorized_keys}\n"
                 "MaxStartups 1000:30:2000\n"
                 "MaxSessions 100\n"
                 "UseDNS no\n"
@@ -1161,18 +1146,7 @@ class TestBed(HostFaults):
             )
             + ' && exec "$@"'
         )
-        drop: list[str] = []
-        if pw is not None:
-            drop = [
-                "setpriv",
-                f"--reuid={pw.pw_uid}",
-                f"--regid={pw.pw_gid}",
-                "--init-groups",
-                "env",
-                f"HOME={pw.pw_dir}",
-                f"USER={pw.pw_name}",
-                f"LOGNAME={pw.pw_name}",
-            ]
+        drop = drop_to(pw) if pw is not None else []
         return [
             "env",
             f"{ENV_TAG}={self.bed_id}",

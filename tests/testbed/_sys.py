@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import pwd
 import re
 import shlex
 import signal
@@ -193,11 +194,51 @@ def list_links() -> list[str]:
 
 def unnamed_uid() -> int:
     """A uid with no passwd entry, as Kubernetes' runAsUser or OpenShift give a pod."""
-    import pwd
-
     for uid in range(54321, 54421):
         try:
             pwd.getpwuid(uid)
         except KeyError:
             return uid
     raise AssertionError("every uid from 54321 to 54420 has a passwd entry")
+
+
+def write_in_place(path: Path | str, text: str) -> None:
+    """Rewrite a bind-mounted file (a launcher's hosts file) without replacing its inode and
+    never shorter than before (a longer old text is padded with a comment), so a concurrent
+    reader sees the old or the new text, never an empty file."""
+    data = text.encode()
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        pad = os.fstat(fd).st_size - len(data)
+        if pad == 1:
+            data += b"\n"
+        elif pad > 1:
+            data += b"#" + b" " * (pad - 2) + b"\n"
+        os.pwrite(fd, data, 0)
+    finally:
+        os.close(fd)
+
+
+def drop_to(pw: pwd.struct_passwd, home: str | None = None) -> list[str]:
+    """argv prefix that runs the rest as ``pw``'s user, with the environment ssh reads."""
+    return [
+        "setpriv",
+        f"--reuid={pw.pw_uid}",
+        f"--regid={pw.pw_gid}",
+        "--init-groups",
+        "env",
+        f"HOME={home or pw.pw_dir}",
+        f"USER={pw.pw_name}",
+        f"LOGNAME={pw.pw_name}",
+    ]
+
+
+# The sshd settings of every lab: key logins only, nothing that needs a system user's set-up.
+SSHD_KEY_LOGIN_ONLY = (
+    "UsePAM no\n"
+    "PasswordAuthentication no\n"
+    "KbdInteractiveAuthentication no\n"
+    "PubkeyAuthentication yes\n"
+    "PermitRootLogin prohibit-password\n"
+    "StrictModes no\n"
+)
