@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -411,7 +412,8 @@ def test_unknown_option_before_command_is_a_usage_error(
     assert out == ""
     assert len(err.splitlines()) == 1
     assert err.startswith("mpiwait: error: ")
-    assert f"'{named}'" in err
+    # newer click quotes the option ('--np'), 8.1.0 does not (--np): both name it
+    assert re.search(rf"(?<![\w-])'?{re.escape(named)}'?(?![\w-])", err), err
 
 
 def test_unknown_option_subprocess_is_one_line_never_the_command() -> None:
