@@ -75,17 +75,20 @@ Steps = Sequence[tuple[float, Callable[[], object]]]
 
 
 def finish(
-    p: subprocess.Popen[str],
+    p: subprocess.Popen[str] | testbed.Proc,
     *,
     when: str | None = None,
     then: Steps = (),
     timeout: float = RUN_TIMEOUT,
 ) -> subprocess.CompletedProcess[str]:
-    """Wait for a run started with stdout and stderr piped (in a session of its own). With
-    ``when``: once a stderr line matches it, play ``then`` (seconds after that moment, action),
-    so that a worker comes up (or a fault clears) only after mpiwait has reported it down,
-    however slowly the machine runs. If the run ends first, the steps are not played."""
-    run = testbed.Proc(p, list(p.args), time.monotonic(), read=True)
+    """Wait for a run (testbed.start()'s, or a Popen with stdout and stderr piped, in a session
+    of its own). With ``when``: once a stderr line matches it, play ``then`` (seconds after
+    that moment, action), so that a worker comes up (or a fault clears) only after mpiwait has
+    reported it down, however slowly the machine runs. If the run ends first, the steps are
+    not played."""
+    if not isinstance(p, testbed.Proc):
+        p = testbed.Proc(p, list(p.args), time.monotonic(), read=True)
+    run = p
     timeline = None
     seen = True
     if when is not None:
@@ -100,7 +103,7 @@ def finish(
     finally:
         if timeline is not None:
             timeline.__exit__(None, None, None)
-    r = subprocess.CompletedProcess(p.args, res.returncode, res.stdout, res.stderr)
+    r = subprocess.CompletedProcess(run.argv, res.returncode, res.stdout, res.stderr)
     assert seen, f"no stderr line matched {when!r}" + show(r)
     return r
 
@@ -117,16 +120,7 @@ def launch(
     **kw,
 ) -> subprocess.CompletedProcess[str]:
     """``mpiwait ARGS [-- COMMAND]`` in the bed's launcher context (see finish())."""
-    argv = [*MPIWAIT, *mpiwait_args, *(["--", *command] if command else [])]
-    p = b.popen(
-        argv,
-        env=env or mpiwait_env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **kw,
-    )
+    p = testbed.start(b, mpiwait_args, command=command, env=env or mpiwait_env(), read=True, **kw)
     return finish(p, when=when, then=then, timeout=timeout)
 
 

@@ -218,13 +218,15 @@ def start(
     env: Mapping[str, str] | None = None,
     wrapper: Sequence[str] = (),
     python: Sequence[str] = (),
+    read: bool = False,
     **kw: Any,
 ) -> Proc:
     """Start ``python -m mpiwait ARGS [-- COMMAND]`` in ``ctx``'s launcher context: a TestBed
     or ManyHosts (``kw`` are its popen keywords), or, for a Lab or None, right here as this
     user in a session of its own (``kw`` are subprocess.Popen's). ``wrapper`` (from wrap())
-    goes in front; ``python`` are interpreter options (e.g. ``["-X", "importtime"]``). Every
-    key ``ctx`` holds now (its key_path, a Lab's keys) must never show in the output."""
+    goes in front; ``python`` are interpreter options (e.g. ``["-X", "importtime"]``); ``read``
+    as Proc's. Every key ``ctx`` holds now (its key_path, a Lab's keys) must never show in the
+    output."""
     for key in [getattr(ctx, "key_path", None), *getattr(ctx, "keys", ())]:
         if key is not None:
             register_key(key)
@@ -239,7 +241,7 @@ def start(
         kw.setdefault("start_new_session", True)  # finish() kills the whole group on timeout
     began = time.monotonic()
     proc = popen(argv, env=dict(env) if env is not None else mpiwait_env(), **kw)
-    return Proc(proc, argv, began)
+    return Proc(proc, argv, began, read=read)
 
 
 def run(ctx: Any, args: Sequence[str], *, timeout: float = 60.0, **kw: Any) -> Result:
