@@ -978,9 +978,13 @@ def test_example_waits_for_real_workers_then_runs_its_command(inv, bed, tmp_path
     # It saw the late worker down and waited for it (no COMMAND, no exit 0 before that).
     down = rf"^mpiwait: \[\+[\d.]+s\] {re.escape(inv.hosts[late])}: tcp refused"
     assert re.search(down, r.stderr, re.M), f"did not see {inv.hosts[late]} down\n{r.stderr}"
-    # ...and logged into it once it was up, before it ended (the pod's only ssh client).
-    log = b.hosts[late].sshd_log.read_text(errors="replace")
-    assert f"Accepted publickey for {workers['user']} " in log, f"{r.stderr}\n{log}"
+    # ...and logged into it once it was up, before it ended (the pod's only ssh client). sshd's
+    # monitor writes the line its pre-auth child sends it, maybe after the client got in.
+    accepted = f"Accepted publickey for {workers['user']} "
+    log = b.hosts[late].sshd_log
+    with contextlib.suppress(AssertionError):
+        testbed.wait_until(lambda: accepted in log.read_text(errors="replace"), 10, accepted)
+    assert accepted in log.read_text(errors="replace"), f"{r.stderr}\n{log.read_text()}"
     if command:
         # mpiwait became COMMAND, with the example's arguments untouched.
         assert r.stdout.split() == command, r.stdout
