@@ -52,9 +52,10 @@ def mpiwait_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def show(r: subprocess.CompletedProcess[str]) -> str:
+def show(r: subprocess.CompletedProcess[str] | testbed.Result) -> str:
     """What pytest prints when an assertion about a run fails."""
-    argv = r.args if isinstance(r.args, str) else shlex.join(map(str, r.args))
+    args = r.argv if isinstance(r, testbed.Result) else r.args
+    argv = args if isinstance(args, str) else shlex.join(map(str, args))
     return f"\n$ {argv}\nexit {r.returncode}\n--- stdout\n{r.stdout}--- stderr\n{r.stderr}"
 
 
@@ -322,7 +323,7 @@ def test_mpi_operator_layout_with_no_ssh_flags(bed, tmp_path, flavor):
     mounts = {"etc_mpi": etc_mpi, "home_ssh": ssh_auth, "ssh_config": ssh_config}
 
     # What mpiwait makes of the files and defaults alone.
-    plan = b.run([*pod, *MPIWAIT, "--dry-run"], env=env, **mounts)
+    plan = testbed.run(b, ["--dry-run"], env=env, wrapper=pod, **mounts)
     assert plan.returncode == 0, show(plan)
     for w in JOB_WORKERS:
         assert re.search(
@@ -340,15 +341,7 @@ def test_mpi_operator_layout_with_no_ssh_flags(bed, tmp_path, flavor):
         b.publish(1)
         sync_hosts()
 
-    p = b.popen(
-        [*pod, *MPIWAIT, *DEADLINE, "--", *command],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **mounts,
-    )
+    p = testbed.start(b, DEADLINE, command=command, env=env, wrapper=pod, read=True, **mounts)
     r = finish(
         p,
         when=progress(re.escape(JOB_WORKERS[1]) + r": dns unresolved"),
