@@ -14,17 +14,14 @@ import json
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
+import testbed
 
 from mpiwait.resolver import LookupTimeout, Resolver, ResolverBusy
 from mpiwait.settings import MAX_PENDING_LOOKUPS
-
-REPO = Path(__file__).resolve().parent.parent
 
 SILENT_DNS = """
 import socket, sys
@@ -74,33 +71,27 @@ def test_stuck_lookups_time_out_per_attempt_on_bounded_threads(tmp_path: Path) -
         + f" && while [ ! -e {ready} ]; do sleep 0.05; done"
         + ' && exec "$0" "$@"'
     )
-    argv = [
-        "unshare", "-n", "-m", "--propagation", "private", "sh", "-c", script,
-        sys.executable, "-m", "mpiwait", "--hosts", ",".join(hosts), "--check", "dns",
-        "--connect-timeout", "1", "--timeout", "6", "--parallel", str(parallel),
-        "--log-format", "json", "--termination-log", str(tmp_path / "none"),
+    # A network and mount namespace of its own: the silent DNS server on its loopback, then
+    # "$0" "$@" is python -m mpiwait ARGS.
+    wrapper = ["unshare", "-n", "-m", "--propagation", "private", "sh", "-c", script]
+    args = [
+        "--hosts", ",".join(hosts), "--check", "dns", "--connect-timeout", "1", "--timeout", "6",
+        "--parallel", str(parallel), "--log-format", "json",
+        "--termination-log", str(tmp_path / "none"),
     ]  # fmt: skip
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MPIWAIT_")}
-    env["PYTHONPATH"] = str(REPO)
-    began = time.monotonic()
-    proc = subprocess.Popen(
-        argv, env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        start_new_session=True,
-    )  # fmt: skip
+    proc = testbed.start(None, args, wrapper=wrapper, env=testbed.mpiwait_env())
     most = 0
     try:
-        while proc.poll() is None and time.monotonic() - began < 60:
+        while proc.proc.poll() is None and time.monotonic() - proc.started < 60:
             most = max(most, _threads(proc.pid))
             time.sleep(0.02)
-        _out, err = proc.communicate(timeout=30)
+        run = proc.finish(30)
     finally:
         # The silent server outlives mpiwait in its process group; it goes with the group.
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, 9)
-        if proc.poll() is None:
-            proc.communicate()
-    took = time.monotonic() - began
-    assert proc.returncode == 124, err
+    err, took = run.stderr, run.elapsed
+    assert run.returncode == 124, run
     assert took < 6 + 10, f"took {took:.1f}s for a 6 s deadline\n{err}"
     records = [json.loads(line) for line in err.splitlines()]
     result = next(r for r in records if r["event"] == "result")

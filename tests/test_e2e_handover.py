@@ -24,13 +24,13 @@ import re
 import shlex
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 import testbed
 from conftest import requires_mpich, requires_openmpi, requires_root_netns
 from test_e2e_mpi import (
-    MPIWAIT,
     RUN_TIMEOUT,
     finish,
     mpiwait_env,
@@ -104,6 +104,10 @@ class LauncherPod:
         )
         return ["unshare", "--uts", "sh", "-c", script, "launcher-pod", *argv]
 
+    def run(self, args: list[str], command: Sequence[str] = (), **kw) -> testbed.Result:
+        """``mpiwait ARGS [-- COMMAND]`` in this pod, on the bed (``kw``: testbed.run()'s)."""
+        return testbed.run(self.b, args, command=command, wrapper=self.argv([]), **kw)
+
 
 def control(b: testbed.TestBed, pod: LauncherPod, command: list[str], env, **mounts):
     """The plain launch, no mpiwait; a hang (MPICH 4.0) comes back as exit status None."""
@@ -116,14 +120,8 @@ def control(b: testbed.TestBed, pod: LauncherPod, command: list[str], env, **mou
 
 
 def through_mpiwait(b, pod, command, env, *, when, then, args=(), **mounts):
-    p = b.popen(
-        pod.argv([*MPIWAIT, *DEADLINE, *args, "--", *command]),
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **mounts,
+    p = testbed.start(
+        b, [*DEADLINE, *args], command=command, env=env, wrapper=pod.argv([]), read=True, **mounts
     )
     return finish(p, when=when, then=then, timeout=RUN_TIMEOUT)
 
@@ -189,10 +187,9 @@ def test_hydra_workers_call_back_to_a_launcher_name_they_cannot_resolve(bed, tmp
     if mpi == "intel":
         # Turned off, mpiwait hands nothing over and the launch fails as the control did.
         off = env | {"MPIWAIT_LAUNCH_ENV": "0"}
-        r = b.run(pod.argv([*MPIWAIT, *DEADLINE, "--", *command]), env=off, etc_mpi=etc_mpi,
-                  timeout=RUN_TIMEOUT)  # fmt: skip
-        assert r.returncode != 0, show(r)
-        assert "launch:" not in r.stderr, show(r)
+        r = pod.run(DEADLINE, command, env=off, etc_mpi=etc_mpi, timeout=RUN_TIMEOUT)
+        assert r.returncode != 0, r
+        assert "launch:" not in r.stderr, r
 
 
 # --------------------------------------------------------------------------------------------
@@ -290,13 +287,12 @@ def test_self_entry_that_resolves_late_is_waited_for_not_logged_into(bed, tmp_pa
     if mpi == "openmpi4":
         # The self entry alone, on a port nothing listens on: by default only its name must
         # resolve; with --include-self it gets the full check, which it never passes.
-        alone = [*MPIWAIT, "--hosts", TRAINER_LAUNCHER, "-p", "1", "--check", "tcp"]
-        r = b.run(pod.argv([*alone, "--timeout", "30"]), env=env, timeout=RUN_TIMEOUT)
-        assert r.returncode == 0, show(r)
-        r = b.run(pod.argv([*alone, "--include-self", "--timeout", "3"]), env=env,
-                  timeout=RUN_TIMEOUT)  # fmt: skip
-        assert r.returncode == 124, show(r)
-        assert f"{TRAINER_LAUNCHER} (" in r.stderr and "port 1: refused" in r.stderr, show(r)
+        alone = ["--hosts", TRAINER_LAUNCHER, "-p", "1", "--check", "tcp"]
+        r = pod.run([*alone, "--timeout", "30"], env=env, timeout=RUN_TIMEOUT)
+        assert r.returncode == 0, r
+        r = pod.run([*alone, "--include-self", "--timeout", "3"], env=env, timeout=RUN_TIMEOUT)
+        assert r.returncode == 124, r
+        assert f"{TRAINER_LAUNCHER} (" in r.stderr and "port 1: refused" in r.stderr, r
     if mpi == "openmpi5":
         # trainer #4028: keeping full names, PRRTE would ssh to itself
         assert "PRTE_MCA_prte_keep_fqdn_hostnames" not in r.stderr.replace(

@@ -52,9 +52,10 @@ def mpiwait_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def show(r: subprocess.CompletedProcess[str]) -> str:
+def show(r: subprocess.CompletedProcess[str] | testbed.Result) -> str:
     """What pytest prints when an assertion about a run fails."""
-    argv = r.args if isinstance(r.args, str) else shlex.join(map(str, r.args))
+    args = r.argv if isinstance(r, testbed.Result) else r.args
+    argv = args if isinstance(args, str) else shlex.join(map(str, args))
     return f"\n$ {argv}\nexit {r.returncode}\n--- stdout\n{r.stdout}--- stderr\n{r.stderr}"
 
 
@@ -75,17 +76,20 @@ Steps = Sequence[tuple[float, Callable[[], object]]]
 
 
 def finish(
-    p: subprocess.Popen[str],
+    p: subprocess.Popen[str] | testbed.Proc,
     *,
     when: str | None = None,
     then: Steps = (),
     timeout: float = RUN_TIMEOUT,
 ) -> subprocess.CompletedProcess[str]:
-    """Wait for a run started with stdout and stderr piped (in a session of its own). With
-    ``when``: once a stderr line matches it, play ``then`` (seconds after that moment, action),
-    so that a worker comes up (or a fault clears) only after mpiwait has reported it down,
-    however slowly the machine runs. If the run ends first, the steps are not played."""
-    run = testbed.Proc(p, list(p.args), time.monotonic(), read=True)
+    """Wait for a run (testbed.start()'s, or a Popen with stdout and stderr piped, in a session
+    of its own). With ``when``: once a stderr line matches it, play ``then`` (seconds after
+    that moment, action), so that a worker comes up (or a fault clears) only after mpiwait has
+    reported it down, however slowly the machine runs. If the run ends first, the steps are
+    not played."""
+    if not isinstance(p, testbed.Proc):
+        p = testbed.Proc(p, list(p.args), time.monotonic(), read=True)
+    run = p
     timeline = None
     seen = True
     if when is not None:
@@ -100,7 +104,7 @@ def finish(
     finally:
         if timeline is not None:
             timeline.__exit__(None, None, None)
-    r = subprocess.CompletedProcess(p.args, res.returncode, res.stdout, res.stderr)
+    r = subprocess.CompletedProcess(run.argv, res.returncode, res.stdout, res.stderr)
     assert seen, f"no stderr line matched {when!r}" + show(r)
     return r
 
@@ -117,16 +121,7 @@ def launch(
     **kw,
 ) -> subprocess.CompletedProcess[str]:
     """``mpiwait ARGS [-- COMMAND]`` in the bed's launcher context (see finish())."""
-    argv = [*MPIWAIT, *mpiwait_args, *(["--", *command] if command else [])]
-    p = b.popen(
-        argv,
-        env=env or mpiwait_env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **kw,
-    )
+    p = testbed.start(b, mpiwait_args, command=command, env=env or mpiwait_env(), read=True, **kw)
     return finish(p, when=when, then=then, timeout=timeout)
 
 
@@ -328,7 +323,7 @@ def test_mpi_operator_layout_with_no_ssh_flags(bed, tmp_path, flavor):
     mounts = {"etc_mpi": etc_mpi, "home_ssh": ssh_auth, "ssh_config": ssh_config}
 
     # What mpiwait makes of the files and defaults alone.
-    plan = b.run([*pod, *MPIWAIT, "--dry-run"], env=env, **mounts)
+    plan = testbed.run(b, ["--dry-run"], env=env, wrapper=pod, **mounts)
     assert plan.returncode == 0, show(plan)
     for w in JOB_WORKERS:
         assert re.search(
@@ -346,15 +341,7 @@ def test_mpi_operator_layout_with_no_ssh_flags(bed, tmp_path, flavor):
         b.publish(1)
         sync_hosts()
 
-    p = b.popen(
-        [*pod, *MPIWAIT, *DEADLINE, "--", *command],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        **mounts,
-    )
+    p = testbed.start(b, DEADLINE, command=command, env=env, wrapper=pod, read=True, **mounts)
     r = finish(
         p,
         when=progress(re.escape(JOB_WORKERS[1]) + r": dns unresolved"),

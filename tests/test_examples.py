@@ -774,6 +774,12 @@ os.execvp("unshare", [
 """
 
 
+# How a run here is started: its output read by testbed.Proc, no terminal input.
+PIPED: dict[str, Any] = dict(
+    stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+)
+
+
 def _mpiwait_here() -> str:
     script = Path(sys.executable).parent / "mpiwait"
     if not script.exists():
@@ -844,9 +850,9 @@ def run_in_pod(
     *,
     extra: list[str] | None = None,
     timeout: float = 60,
-) -> tuple[subprocess.CompletedProcess[str], list[str]]:
+) -> tuple[testbed.Result, list[str]]:
     """Run the invocation as its container would, on ``bed`` (``extra``: options added first);
-    return the result and the example's COMMAND."""
+    return the result (no traceback, no key material in it) and the example's COMMAND."""
     work.mkdir(parents=True)
     key = bed.key_path.read_bytes()
     pub = bed.pubkey_path.read_bytes()
@@ -912,8 +918,10 @@ def run_in_pod(
         "argv": argv,
     }
     cmd = [sys.executable, "-c", PODRUN, json.dumps(spec)]
-    result = bed.run(cmd, etc_mpi=etc_mpi, ssh_config=False, timeout=timeout)
-    return result, command
+    testbed.register_key(bed.key_path)
+    began = time.monotonic()
+    p = bed.popen(cmd, etc_mpi=etc_mpi, ssh_config=False, **PIPED)
+    return testbed.Proc(p, cmd, began).finish(timeout), command
 
 
 def _bed_for(bed_factory, inv: Invocation) -> testbed.TestBed:
@@ -970,9 +978,13 @@ def test_example_waits_for_real_workers_then_runs_its_command(inv, bed, tmp_path
     # It saw the late worker down and waited for it (no COMMAND, no exit 0 before that).
     down = rf"^mpiwait: \[\+[\d.]+s\] {re.escape(inv.hosts[late])}: tcp refused"
     assert re.search(down, r.stderr, re.M), f"did not see {inv.hosts[late]} down\n{r.stderr}"
-    # ...and logged into it once it was up, before it ended (the pod's only ssh client).
-    log = b.hosts[late].sshd_log.read_text(errors="replace")
-    assert f"Accepted publickey for {workers['user']} " in log, f"{r.stderr}\n{log}"
+    # ...and logged into it once it was up, before it ended (the pod's only ssh client). sshd's
+    # monitor writes the line its pre-auth child sends it, maybe after the client got in.
+    accepted = f"Accepted publickey for {workers['user']} "
+    log = b.hosts[late].sshd_log
+    with contextlib.suppress(AssertionError):
+        testbed.wait_until(lambda: accepted in log.read_text(errors="replace"), 10, accepted)
+    assert accepted in log.read_text(errors="replace"), f"{r.stderr}\n{log.read_text()}"
     if command:
         # mpiwait became COMMAND, with the example's arguments untouched.
         assert r.stdout.split() == command, r.stdout
@@ -1019,13 +1031,13 @@ def test_worker_role_steps_aside_at_once(tmp_path):
     for inv in workers:
         argv, command = _swap_command(inv.argv)
         env = {**inv.image_env(), "HOME": str(tmp_path)}
-        t0 = time.monotonic()
-        r = subprocess.run(
-            [mpiwait, *argv[1:]], env=env, capture_output=True, text=True, timeout=30
-        )
-        assert r.returncode == 0, r.stderr
-        assert r.stdout.split() == command, r.stdout
-        assert time.monotonic() - t0 < 10
+        cmd = [mpiwait, *argv[1:]]
+        began = time.monotonic()
+        p = subprocess.Popen(cmd, env=env, start_new_session=True, **PIPED)
+        r = testbed.Proc(p, cmd, began).finish(30)
+        assert r.returncode == 0, r
+        assert r.stdout.split() == command, r
+        assert r.elapsed < 10, r
 
 
 def test_compose_keygen_makes_the_key_the_launcher_and_workers_use(tmp_path):

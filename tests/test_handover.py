@@ -8,6 +8,7 @@ import socket
 from pathlib import Path
 
 import pytest
+import testbed
 
 from mpiwait.handover import (
     Interface,
@@ -270,26 +271,14 @@ def test_address_table_knows_loopback():
 # a "worker" that is a listening socket on loopback
 
 
-REPO = Path(__file__).resolve().parent.parent
 FOREIGN = ("MPIWAIT_", "K_MPI_JOB_ROLE", "OMPI_", "HYDRA_", "I_MPI_", "PRTE_")
 
 
-def run_mpiwait(*argv: str, path: Path | None = None, **env: str):
-    import subprocess
-    import sys
-
-    base = {k: v for k, v in os.environ.items() if not k.startswith(FOREIGN)}
-    base["PYTHONPATH"] = str(REPO)
+def run_mpiwait(*argv: str, path: Path | None = None, **env: str) -> testbed.Result:
+    base = {k: v for k, v in testbed.mpiwait_env().items() if not k.startswith(FOREIGN)}
     if path is not None:
         base["PATH"] = f"{path}{os.pathsep}{base.get('PATH', os.defpath)}"
-    return subprocess.run(
-        [sys.executable, "-m", "mpiwait", *argv],
-        env={**base, **env},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=REPO,
-    )
+    return testbed.run(None, argv, env={**base, **env}, timeout=60)
 
 
 @pytest.fixture

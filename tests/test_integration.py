@@ -12,14 +12,12 @@ and any line of any private key (client or host) in any output.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -32,8 +30,6 @@ from testbed import Lab, Sshd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
-REPO = Path(__file__).resolve().parent.parent
-
 _PROBLEM = testbed.missing_requirements("loopback")
 pytestmark = pytest.mark.skipif(_PROBLEM is not None, reason=f"loopback sshd: {_PROBLEM}")
 
@@ -44,75 +40,17 @@ FAR_DEADLINE = "60"
 QUICK = 15.0
 
 
-@dataclass
-class Run:
-    argv: list[str]
-    returncode: int
-    stdout: str
-    stderr: str
-    elapsed: float
-    pid: int
-
-    def __str__(self) -> str:  # shown by pytest when an assertion about a run fails
-        return (
-            f"argv: {self.argv}\nexit: {self.returncode} after {self.elapsed:.1f}s\n"
-            f"--- stdout\n{self.stdout}--- stderr\n{self.stderr}"
-        )
-
-
-def base_env(lab: Lab, **extra: str) -> dict[str, str]:
-    """The environment minus anything that configures mpiwait, plus ``extra``."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith("MPIWAIT_") and k != "K_MPI_JOB_ROLE"
-    }
-    # Never the real /dev/termination-log, should this machine have one.
-    env["MPIWAIT_TERMINATION_LOG"] = str(lab.path("no-termination-log"))
-    env.update(extra)
-    return env
-
-
-def check_hygiene(lab: Lab, run: Run) -> None:
+def finish(proc: testbed.Proc, timeout: float = 90) -> testbed.Result:
+    """Its Result, once it ended; no traceback and no key line of any lab in its output."""
+    run = proc.finish(timeout)
     assert "Traceback" not in run.stderr, run
-    output = run.stdout + run.stderr
-    for line in lab.secret_lines():
-        assert line not in output, f"private key material in the output\n{run}"
-
-
-def start(
-    lab: Lab, args: list[str], *, env: dict[str, str] | None = None, python: list[str] = ()
-) -> subprocess.Popen[str]:
-    argv = [sys.executable, *python, "-m", "mpiwait", *args]
-    return subprocess.Popen(
-        argv,
-        cwd=REPO,
-        env=env if env is not None else base_env(lab),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def finish(lab: Lab, proc: subprocess.Popen[str], started: float, timeout: float = 90) -> Run:
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        pytest.fail(f"mpiwait still running after {timeout}s\n{out}\n{err}")
-    run = Run(proc.args, proc.returncode, out, err, time.monotonic() - started, proc.pid)  # type: ignore[arg-type]
-    check_hygiene(lab, run)
     return run
 
 
-def mpiwait(lab: Lab, *args: str, env: dict[str, str] | None = None, python: list[str] = ()) -> Run:
-    began = time.monotonic()
-    return finish(lab, start(lab, list(args), env=env, python=python), began)
-
-
-Seen = str | Callable[[str], bool]  # a regex searched in a stderr line, or a test of the line
+def mpiwait(
+    lab: Lab, *args: str, env: dict[str, str] | None = None, python: Sequence[str] = ()
+) -> testbed.Result:
+    return finish(testbed.start(lab, list(args), env=env, python=python))
 
 
 def progress(host: str, state: str) -> str:
@@ -120,58 +58,21 @@ def progress(host: str, state: str) -> str:
     return rf"^mpiwait: \[\+[\d.]+s\] {re.escape(host)}: {state}"
 
 
-def mpiwait_then(lab: Lab, *args: str, steps: Sequence[tuple[Seen, Callable[[], object]]]) -> Run:
-    """Run mpiwait; each ``(seen, action)`` step runs ``action`` once a stderr line after the
-    previous step's matches ``seen``. So a host comes up (or a file appears) only after mpiwait
-    has reported the state before it, however slowly the machine runs: the test cannot pass
-    without that state having been seen. Fails if a step's line never came."""
-    began = time.monotonic()
-    proc = start(lab, list(args))
-    assert proc.stdout is not None and proc.stderr is not None
-    err: list[str] = []
-    out: list[str] = []
-    fired: list[int] = []
-    actions: list[threading.Thread] = []
-    errors: list[BaseException] = []
-
-    def act(action: Callable[[], object]) -> None:
-        try:
-            action()
-        except BaseException as e:  # re-raised in the test's thread
-            errors.append(e)
-
-    def read_err() -> None:
-        for line in proc.stderr:
-            err.append(line)
-            if len(fired) < len(steps):
-                seen, action = steps[len(fired)]
-                if seen(line) if callable(seen) else re.search(seen, line, re.M):
-                    fired.append(len(fired))
-                    t = threading.Thread(target=act, args=(action,), daemon=True)
-                    actions.append(t)
-                    t.start()
-
-    readers = [
-        threading.Thread(target=read_err, daemon=True),
-        threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True),
-    ]
-    for t in readers:
-        t.start()
+def mpiwait_then(lab: Lab, *args: str, steps: Sequence[tuple[str, Callable[[], object]]]):
+    """Run mpiwait; each ``(seen, action)`` step runs ``action`` once a stderr line matches the
+    regex ``seen`` (searched from the first line: a later step's line must be one that only
+    the earlier steps' actions bring about). So a host comes up (or a file appears) only after
+    mpiwait has reported the state before it, however slowly the machine runs: the test cannot
+    pass without that state having been seen. Fails if a step's line never came."""
+    proc = testbed.start(lab, list(args))
     try:
-        proc.wait(timeout=90)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-    for t in readers + actions:
-        t.join(30)
-    took = time.monotonic() - began
-    run = Run(proc.args, proc.returncode, "".join(out), "".join(err), took, proc.pid)  # type: ignore[arg-type]
-    check_hygiene(lab, run)
-    if errors:
-        raise errors[0]
-    assert run.returncode != -signal.SIGKILL, f"mpiwait still running after 90 s\n{run}"
-    assert len(fired) == len(steps), f"step {len(fired) + 1} never saw its line\n{run}"
-    return run
+        for seen, action in steps:
+            proc.wait_for(seen, 90)
+            action()
+    except BaseException:
+        testbed.kill_group(proc.proc)
+        raise
+    return finish(proc)
 
 
 def real_ssh(cfg: Path, host: str) -> subprocess.CompletedProcess[str]:
@@ -452,7 +353,7 @@ def test_command_exit_status_is_the_process_status(lab: Lab) -> None:
 
 
 def test_worker_role_execs_at_once_without_paramiko(lab: Lab) -> None:
-    env = base_env(lab, K_MPI_JOB_ROLE="worker")
+    env = testbed.mpiwait_env(K_MPI_JOB_ROLE="worker")
     run = mpiwait(
         lab,
         "--hosts",
@@ -476,7 +377,9 @@ def test_worker_role_execs_at_once_without_paramiko(lab: Lab) -> None:
 
 
 def test_worker_role_without_command_exits_0(lab: Lab) -> None:
-    run = mpiwait(lab, "--hosts", "unreachable.invalid", env=base_env(lab, K_MPI_JOB_ROLE="worker"))
+    run = mpiwait(
+        lab, "--hosts", "unreachable.invalid", env=testbed.mpiwait_env(K_MPI_JOB_ROLE="worker")
+    )
     assert run.returncode == 0, run
     assert "K_MPI_JOB_ROLE=worker" in run.stderr, run
     assert run.elapsed < QUICK, run
@@ -484,7 +387,7 @@ def test_worker_role_without_command_exits_0(lab: Lab) -> None:
 
 def test_worker_role_dry_run_prints_what_it_would_exec(lab: Lab) -> None:
     marker = lab.path("ran")
-    env = base_env(lab, K_MPI_JOB_ROLE="worker")
+    env = testbed.mpiwait_env(K_MPI_JOB_ROLE="worker")
     run = mpiwait(lab, "--dry-run", "--", "touch", str(marker), "it's", env=env)
     assert run.returncode == 0, run
     assert run.stdout == (
@@ -502,8 +405,7 @@ def test_worker_role_dry_run_prints_what_it_would_exec(lab: Lab) -> None:
 def test_environment_configures_every_option(lab: Lab) -> None:
     c = cluster(lab, A, B)
     bare = ssh_config(lab, name="bare_config")  # no port, no key: those come from MPIWAIT_*
-    env = base_env(
-        lab,
+    env = testbed.mpiwait_env(
         MPIWAIT_HOSTS=f"{A},{B}",
         MPIWAIT_PORT=str(c.port),
         MPIWAIT_USER="root",
@@ -531,8 +433,7 @@ def test_environment_configures_every_option(lab: Lab) -> None:
 def test_flags_win_over_environment(lab: Lab) -> None:
     c = cluster(lab, A)
     closed = lab.free_port(A)
-    env = base_env(
-        lab,
+    env = testbed.mpiwait_env(
         MPIWAIT_HOSTS="unreachable.invalid",
         MPIWAIT_PORT=str(closed),
         MPIWAIT_IDENTITY_FILE=str(lab.path("keys/id_absent")),
@@ -744,19 +645,20 @@ def test_remote_command_waits_for_a_file_that_appears_later(lab: Lab) -> None:
 def test_signal_while_waiting_ends_with_one_summary(lab: Lab, signum: int, status: int) -> None:
     port = lab.free_port(A, B)
     cfg = ssh_config(lab, port=port, identity=lab.key())
-    began = time.monotonic()
-    proc = start(lab, ["-F", str(cfg), "--hosts", f"{A},{B}", "--timeout", FAR_DEADLINE])
-    assert proc.stderr is not None
-    first = proc.stderr.readline()  # the start line: the handlers are in place by now
+    proc = testbed.start(lab, ["-F", str(cfg), "--hosts", f"{A},{B}", "--timeout", FAR_DEADLINE])
+    try:
+        # Both hosts were probed and reported down before the signal; the start line came
+        # first, so the handlers were in place by then.
+        proc.wait_for(progress(A, "tcp refused"))
+        proc.wait_for(progress(B, "tcp refused"))
+    except BaseException:
+        testbed.kill_group(proc.proc)
+        raise
+    first = proc.lines()[0]
     assert "waiting for 2 hosts" in first, first
-    down: set[str] = set()
-    while down != {A, B}:  # both hosts were probed and reported down before the signal
-        line = proc.stderr.readline()
-        assert line, "mpiwait ended before reporting both hosts down"
-        down |= {h for h in (A, B) if re.search(progress(h, "tcp refused"), line)}
     sent = time.monotonic()
-    proc.send_signal(signum)
-    run = finish(lab, proc, began)
+    proc.proc.send_signal(signum)
+    run = finish(proc)
     assert time.monotonic() - sent < 5, run
     assert run.returncode == status, run
     name = signal.Signals(signum).name
@@ -791,11 +693,9 @@ def test_json_log_lines_all_parse(lab: Lab) -> None:
     c = cluster(lab, A, B, running=False)
     c.servers[0].start()
 
-    def b_down(line: str) -> bool:
-        with contextlib.suppress(ValueError):
-            r = json.loads(line)
-            return r.get("event") == "host" and r.get("host") == B and r.get("stage") == "tcp"
-        return False
+    # a JSON record of B at the tcp stage, whatever the order of its keys
+    fields = {"event": "host", "host": B, "stage": "tcp"}
+    b_down = "".join(rf'(?=.*"{k}": "{re.escape(v)}")' for k, v in fields.items())
 
     run = mpiwait_then(
         lab,
@@ -850,12 +750,13 @@ def test_termination_log_given_explicitly_is_written_even_when_absent(lab: Lab) 
     cfg = ssh_config(lab, port=port, identity=lab.key())
     existing = lab.write("termination-log", "")
     absent = lab.path("absent-dir-log")
-    began = time.monotonic()
     procs = [
-        start(lab, ["-F", str(cfg), "--hosts", A, "--timeout", "1.5", "--termination-log", str(p)])
+        testbed.start(
+            lab, ["-F", str(cfg), "--hosts", A, "--timeout", "1.5", "--termination-log", str(p)]
+        )
         for p in (existing, absent)
     ]
-    runs = [finish(lab, p, began) for p in procs]
+    runs = [finish(p) for p in procs]
     assert [r.returncode for r in runs] == [124, 124], runs[0]
     message = existing.read_text()
     assert message.startswith("timed out after"), message
@@ -873,18 +774,17 @@ def test_command_not_found_or_not_executable_fails_before_waiting(lab: Lab) -> N
     cfg = ssh_config(lab, port=port, identity=lab.key())
     args = ["-F", str(cfg), "--hosts", A, "--timeout", FAR_DEADLINE, "--"]
     not_exec = lab.write("bin/not-executable", "#!/bin/sh\necho no\n", 0o644)
-    began = time.monotonic()
     procs = {
-        "missing": start(lab, [*args, "no-such-command-mpiwait-test", "x"]),
-        "missing-path": start(lab, [*args, str(lab.path("bin/absent"))]),
-        "not-exec-path": start(lab, [*args, str(not_exec)]),
-        "not-exec-on-PATH": start(
+        "missing": testbed.start(lab, [*args, "no-such-command-mpiwait-test", "x"]),
+        "missing-path": testbed.start(lab, [*args, str(lab.path("bin/absent"))]),
+        "not-exec-path": testbed.start(lab, [*args, str(not_exec)]),
+        "not-exec-on-PATH": testbed.start(
             lab,
             [*args, "not-executable"],
-            env=base_env(lab, PATH=f"{not_exec.parent}:{os.environ['PATH']}"),
+            env=testbed.mpiwait_env(PATH=f"{not_exec.parent}:{os.environ['PATH']}"),
         ),
     }
-    runs = {name: finish(lab, proc, began) for name, proc in procs.items()}
+    runs = {name: finish(proc) for name, proc in procs.items()}
     expected = {"missing": 127, "missing-path": 127, "not-exec-path": 126, "not-exec-on-PATH": 126}
     for name, run in runs.items():
         assert run.returncode == expected[name], run

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import errno
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,8 +23,6 @@ from mpiwait.launch import (
     worker_role,
 )
 
-REPO = Path(__file__).resolve().parent.parent
-
 
 def _executable(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> Path:
     path.write_text(text)
@@ -40,13 +36,9 @@ def _plain(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> Path:
     return path
 
 
-def _env(**extra: str) -> dict[str, str]:
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith("MPIWAIT_") and k != ROLE_VARIABLE
-    }
-    env["PYTHONPATH"] = str(REPO) + os.pathsep + env.get("PYTHONPATH", "")
-    env.update(extra)
-    return env
+def _worker_env() -> dict[str, str]:
+    """A worker pod's: this environment minus mpiwait's settings, plus the operator's role."""
+    return testbed.mpiwait_env(K_MPI_JOB_ROLE="worker")
 
 
 # --- worker_role -------------------------------------------------------------------------
@@ -327,29 +319,14 @@ def test_exec_error_mapping(
 
 def test_worker_exec_keeps_the_pid() -> None:
     # execvp replaces mpiwait: the COMMAND runs as the very process that was started.
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mpiwait", "sh", "-c", "echo $$"],
-        env=_env(K_MPI_JOB_ROLE="worker"),
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    assert int(out.strip()) == proc.pid
+    proc = testbed.run(None, ["sh", "-c", "echo $$"], env=_worker_env(), timeout=30)
+    assert proc.returncode == 0, proc
+    assert int(proc.stdout.strip()) == proc.pid, proc
 
 
 def test_worker_exec_returns_the_commands_status() -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "mpiwait", "sh", "-c", "exit 7"],
-        env=_env(K_MPI_JOB_ROLE="worker"),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert proc.returncode == 7
+    proc = testbed.run(None, ["sh", "-c", "exit 7"], env=_worker_env(), timeout=30)
+    assert proc.returncode == 7, proc
 
 
 def test_worker_exec_of_a_file_in_no_known_format_is_126(tmp_path: Path) -> None:
@@ -357,13 +334,6 @@ def test_worker_exec_of_a_file_in_no_known_format_is_126(tmp_path: Path) -> None
     garbage = tmp_path / "garbage"
     garbage.write_bytes(b"\x00\x01\x02\x03not a program\n")
     garbage.chmod(0o755)
-    proc = subprocess.run(
-        [sys.executable, "-m", "mpiwait", str(garbage)],
-        env=_env(K_MPI_JOB_ROLE="worker"),
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert proc.returncode == 126
+    proc = testbed.run(None, [str(garbage)], env=_worker_env(), timeout=30)
+    assert proc.returncode == 126, proc
     assert proc.stderr.splitlines() == [f"mpiwait: error: cannot run {garbage}: Exec format error"]

@@ -17,27 +17,19 @@ import time
 from pathlib import Path
 
 import pytest
-
-REPO = Path(__file__).resolve().parent.parent
-MPIWAIT = [sys.executable, "-m", "mpiwait"]
+import testbed
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MPIWAIT_")}
-    env.pop("K_MPI_JOB_ROLE", None)
     runtime = tmp_path / "runtime"
     runtime.mkdir(mode=0o700, exist_ok=True)
-    env["XDG_RUNTIME_DIR"] = str(runtime)  # the cache of recent passes, private to this test
-    env["PYTHONPATH"] = str(REPO)
-    env.update(extra)
-    return env
+    # the cache of recent passes, private to this test
+    return testbed.mpiwait_env(XDG_RUNTIME_DIR=str(runtime), **extra)
 
 
-def _list(bed, tmp_path: Path, *args: str, etc_mpi: Path | None = None):
-    return bed.run(
-        [*MPIWAIT, "--list-ready", *args],
-        env=_env(tmp_path), timeout=60, cwd=REPO, etc_mpi=etc_mpi,
-    )  # fmt: skip
+def _list(bed, tmp_path: Path, *args: str, **kw) -> testbed.Result:
+    """``mpiwait --list-ready ARGS`` (``bed`` None: here); ``kw`` as testbed.run()'s."""
+    return testbed.run(bed, ["--list-ready", *args], env=_env(tmp_path), timeout=60, **kw)
 
 
 def _horovod_contract(stdout: str) -> dict[str, int]:
@@ -90,11 +82,7 @@ def test_lists_only_hosts_that_accept_a_login_in_horovods_form(bed, tmp_path: Pa
 
     # Every host ready and remembered: no login, and not even paramiko is loaded.
     logins = [_logins(b, i) for i in range(4)]
-    r = b.run(
-        [sys.executable, "-X", "importtime", *MPIWAIT[1:], "--list-ready", "--hostfile",
-         str(hostfile)],
-        env=_env(tmp_path), timeout=60, cwd=REPO,
-    )  # fmt: skip
+    r = _list(b, tmp_path, "--hostfile", str(hostfile), python=["-X", "importtime"])
     assert sorted(r.stdout.splitlines()) == ["w1:2", "w2:3", "w3:1", "w4"], r.stdout
     assert [_logins(b, i) for i in range(4)] == logins
     assert not [ln for ln in r.stderr.splitlines() if ln.endswith("| paramiko")]
@@ -134,32 +122,19 @@ def test_key_the_workers_refuse_is_named_and_the_others_still_listed(bed, tmp_pa
 
 
 def test_bad_input_still_fails_with_one_line(tmp_path: Path) -> None:
-    env = _env(tmp_path)
     missing = str(tmp_path / "nothing")
-    r = subprocess.run(
-        [*MPIWAIT, "--list-ready", "--hostfile", missing],
-        env=env, capture_output=True, text=True, timeout=60, cwd=REPO,
-    )  # fmt: skip
+    r = _list(None, tmp_path, "--hostfile", missing)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr == f"mpiwait: error: hostfile {missing}: does not exist\n"
-    default = subprocess.run(
-        [*MPIWAIT, "--list-ready", "--hostfile", missing + "1", "--discover-hosts", missing],
-        env=env, capture_output=True, text=True, timeout=60, cwd=REPO,
-    )  # fmt: skip
+    default = _list(None, tmp_path, "--hostfile", missing + "1", "--discover-hosts", missing)
     assert default.returncode == 2 and "does not exist" in default.stderr
     key = tmp_path / "id_unreadable"
     key.write_text("not a key\n")
     key.chmod(0o600)
-    r = subprocess.run(
-        [*MPIWAIT, "--list-ready", "--hosts", "127.0.0.1", "-p", "1", "-i", str(key)],
-        env=env, capture_output=True, text=True, timeout=60, cwd=REPO,
-    )  # fmt: skip
+    r = _list(None, tmp_path, "--hosts", "127.0.0.1", "-p", "1", "-i", str(key))
     assert r.returncode == 3 and r.stdout == "", r.stderr
     assert r.stderr.startswith(f"mpiwait: error: identity file {key} is not a private key")
-    r = subprocess.run(
-        [*MPIWAIT, "--list-ready", "--hosts", "h1", "--", "true"],
-        env=env, capture_output=True, text=True, timeout=60, cwd=REPO,
-    )  # fmt: skip
+    r = _list(None, tmp_path, "--hosts", "h1", command=["true"])
     assert r.returncode == 2 and "--list-ready takes no COMMAND" in r.stderr
 
 
@@ -179,7 +154,9 @@ def test_horovods_own_discovery_sees_hosts_as_they_accept_logins(
     env = _env(tmp_path)
     script = " ".join(
         shlex.quote(a)
-        for a in b.launcher_cmd([*MPIWAIT, "--list-ready", "--hostfile", str(hostfile)])
+        for a in b.launcher_cmd(
+            [sys.executable, "-m", "mpiwait", "--list-ready", "--hostfile", str(hostfile)]
+        )
     )
     # Horovod runs the script through a shell, in its own environment.
     for name in ("XDG_RUNTIME_DIR", "PYTHONPATH"):
@@ -216,15 +193,13 @@ def test_remembers_in_dev_shm_as_another_uid_on_a_read_only_root(as_user, tmp_pa
     shm.chmod(0o1777)
     env = {k: v for k, v in _env(tmp_path).items() if k not in ("XDG_RUNTIME_DIR", "TMPDIR")}
     script = f'mount --bind {shm} /dev/shm && mount -o remount,bind,ro / && exec "$@"'
-    argv = [
-        *wrap, "unshare", "-m", "--propagation", "private", "sh", "-c", script, "ro-root",
-        *drop, sys.executable, *MPIWAIT[1:], "--list-ready", "--check", "tcp",
-        "--hosts", "127.0.0.1,127.0.0.2:2", "-p", str(port),
-    ]  # fmt: skip
+    ro_root = [*wrap, "unshare", "-m", "--propagation", "private", "sh", "-c", script, "ro-root",
+               *drop]  # fmt: skip
+    args = ["--list-ready", "--check", "tcp", "--hosts", "127.0.0.1,127.0.0.2:2", "-p", str(port)]
     try:
         for _ in range(2):
-            r = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=60, cwd="/")
-            assert (r.returncode, r.stderr) == (0, ""), r.stderr
+            r = testbed.run(None, args, wrapper=ro_root, env=env, timeout=60, cwd="/")
+            assert (r.returncode, r.stderr) == (0, ""), r
             assert r.stdout == "127.0.0.1\n127.0.0.2:2\n"
     finally:
         listener.close()

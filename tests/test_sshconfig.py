@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import testbed
 
 from mpiwait.errors import InputError
 from mpiwait.sshconfig import LocalUser, SSHResolver, SSHTarget
@@ -868,21 +869,6 @@ def test_agent_and_certificates_are_named_not_ignored(make, home: Path, etc: Pat
     assert r.resolve("b").offered_by_ssh_only == (r.resolve("a").offered_by_ssh_only[1],)
 
 
-def _mpiwait(*argv: str) -> subprocess.CompletedProcess[str]:
-    repo = Path(__file__).resolve().parent.parent
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("MPIWAIT_", "K_MPI"))}
-    env["PYTHONPATH"] = str(repo)
-    return subprocess.run(
-        [sys.executable, "-m", "mpiwait", *argv],
-        env=env,
-        cwd=repo,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 @pytest.mark.parametrize(
     ("text", "line"),
     [
@@ -894,8 +880,9 @@ def _mpiwait(*argv: str) -> subprocess.CompletedProcess[str]:
 def test_refused_config_exits_2_before_waiting(tmp_path: Path, text: str, line: int) -> None:
     cfg = write(tmp_path / "ssh_config", text)
     # --timeout 600 and an unreachable check: only a refusal before waiting returns at once.
-    proc = _mpiwait("-F", str(cfg), "--hosts", "w1,w2", "--check", "dns", "--timeout", "600")
-    assert proc.returncode == 2, proc.stderr
+    args = ["-F", str(cfg), "--hosts", "w1,w2", "--check", "dns", "--timeout", "600"]
+    proc = testbed.run(None, args, timeout=60)
+    assert proc.returncode == 2, proc
     first = proc.stderr.splitlines()[0]
     assert first.startswith(f"mpiwait: error: ssh config {cfg} line {line}: "), first
     assert "Traceback" not in proc.stderr

@@ -29,7 +29,6 @@ from testbed import Lab
 
 from mpiwait.errors import ExitCode
 
-REPO = Path(__file__).resolve().parent.parent
 ADDRESS = "127.0.0.2"
 
 pytestmark = [
@@ -68,23 +67,19 @@ def at_uid(as_user):
     ]  # fmt: skip
 
 
-def run_at_uid(
-    at_uid: list[str], argv: list[str], path: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MPIWAIT_")}
-    env.pop("K_MPI_JOB_ROLE", None)
-    env.update(PYTHONPATH=str(REPO), MPIWAIT_TERMINATION_LOG="/nonexistent/termination-log")
-    if path is not None:
-        env["PATH"] = path
-    return subprocess.run(
-        [*at_uid, *argv], env=env, cwd="/", capture_output=True, text=True, timeout=120,
-        stdin=subprocess.DEVNULL,
-    )  # fmt: skip
+def mpiwait_at_uid(
+    at_uid: list[str], args: list[str], command: list[str] = (), path: str | None = None
+) -> testbed.Result:
+    env = testbed.mpiwait_env(**({"PATH": path} if path is not None else {}))
+    return testbed.run(None, args, command=command, wrapper=at_uid, env=env, cwd="/", timeout=120)
 
 
 def test_ssh_itself_refuses_to_run_at_that_uid(at_uid: list[str]) -> None:
     # The premise, with the installed OpenSSH client: it fails before reading any config.
-    result = run_at_uid(at_uid, ["ssh", "-G", "w1"])
+    result = subprocess.run(
+        [*at_uid, "ssh", "-G", "w1"], capture_output=True, text=True, timeout=60, cwd="/",
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
     assert result.returncode == 255
     assert f"No user exists for uid {UID}" in result.stderr
 
@@ -102,12 +97,12 @@ def test_an_mpi_launch_over_ssh_is_refused_before_waiting(
     mpirun.chmod(0o755)
     path = f"{bin_dir}:{os.path.dirname(shutil.which('ssh') or '/usr/bin/ssh')}:/usr/bin:/bin"
     # No host answers at ADDRESS's port 9: a wait would run into the 5 s deadline (124).
-    result = run_at_uid(
+    result = mpiwait_at_uid(
         at_uid,
-        [sys.executable, "-m", "mpiwait", "--hosts", ADDRESS, "-p", "9", "--timeout", "5",
-         "--", "mpirun", "-np", "2", "true"],
+        ["--hosts", ADDRESS, "-p", "9", "--timeout", "5"],
+        ["mpirun", "-np", "2", "true"],
         path=path,
-    )  # fmt: skip
+    )
     assert result.returncode == ExitCode.NOT_EXECUTABLE, result
     assert result.stdout == ""
     lines = result.stderr.splitlines()
@@ -134,11 +129,11 @@ def test_without_command_it_waits_and_logs_in_at_that_uid(
     )
     with Lab(tmp_path / "lab") as lab:
         server = lab.sshd(ADDRESS, authorized=[key])
-        result = run_at_uid(
+        testbed.register_key(key)  # never in the output (finish() checks)
+        result = mpiwait_at_uid(
             at_uid,
-            [sys.executable, "-m", "mpiwait", "-F", str(config), "--hosts", ADDRESS,
-             "-p", str(server.port), "--timeout", "60"],
-        )  # fmt: skip
+            ["-F", str(config), "--hosts", ADDRESS, "-p", str(server.port), "--timeout", "60"],
+        )
         accepted = server.log().count("Accepted publickey for root")
     assert result.returncode == ExitCode.OK, result
     assert "1 host ready in" in result.stderr, result

@@ -26,8 +26,11 @@ The launcher context (TestBed/ManyHosts): ``bed.popen``/``bed.run``/``bed.launch
     ``write_discover_hosts``, ``write_ssh_auth`` lay out /etc/mpi and keys; ``wrap()`` adds bind
     mounts and a drop to another uid; ``dns_blackhole_files()`` a resolver that never answers.
 
-A process: ``start(bed, args, command=...)`` runs ``python -m mpiwait`` there and returns a Proc,
-    whose one synchronisation primitive is ``wait_for(regex, stream=)``: until a line appears;
+A process: ``start(bed, args, command=...)`` runs ``python -m mpiwait`` there and returns a Proc
+    (bed: a TestBed or ManyHosts; a Lab or None: here, in a session of its own; ``python=``
+    interpreter options, ``wrapper=`` a prefix such as wrap()'s, ``read=`` read the output from
+    the start), whose one synchronisation primitive is ``wait_for(regex, stream=)``: until a
+    line appears;
     ``finish()`` gives a Result and fails on a traceback or any registered key material
     (register_key, register_secret, check_output_hygiene). ``run()`` = start + finish.
     ``Proc(popen, argv, started)`` wraps any process. /proc readers: alive,

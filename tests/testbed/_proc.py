@@ -51,8 +51,9 @@ def check_output_hygiene(text: str, what: object = "") -> None:
         assert secret not in text, f"secret material in the output\n{what}"
 
 
-def mpiwait_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "mpiwait", *args]
+def mpiwait_argv(*args: str, python: Sequence[str] = ()) -> list[str]:
+    """``python [PYTHON OPTIONS] -m mpiwait ARGS`` with this interpreter."""
+    return [sys.executable, *python, "-m", "mpiwait", *args]
 
 
 def mpiwait_env(**extra: str) -> dict[str, str]:
@@ -216,21 +217,31 @@ def start(
     command: Sequence[str] = (),
     env: Mapping[str, str] | None = None,
     wrapper: Sequence[str] = (),
+    python: Sequence[str] = (),
+    read: bool = False,
     **kw: Any,
 ) -> Proc:
-    """Start ``python -m mpiwait ARGS [-- COMMAND]`` in ``ctx``'s launcher context (a TestBed or
-    ManyHosts; ``kw`` are its popen keywords). ``wrapper`` (from wrap()) goes in front."""
-    key = getattr(ctx, "key_path", None)
-    if key is not None:
-        register_key(key)
-    argv = [*wrapper, *mpiwait_argv(*args, *(["--", *command] if command else []))]
+    """Start ``python -m mpiwait ARGS [-- COMMAND]`` in ``ctx``'s launcher context: a TestBed
+    or ManyHosts (``kw`` are its popen keywords), or, for a Lab or None, right here as this
+    user in a session of its own (``kw`` are subprocess.Popen's). ``wrapper`` (from wrap())
+    goes in front; ``python`` are interpreter options (e.g. ``["-X", "importtime"]``); ``read``
+    as Proc's. Every key ``ctx`` holds now (its key_path, a Lab's keys) must never show in the
+    output."""
+    for key in [getattr(ctx, "key_path", None), *getattr(ctx, "keys", ())]:
+        if key is not None:
+            register_key(key)
+    argv = [*wrapper, *mpiwait_argv(*args, *(["--", *command] if command else []), python=python)]
     kw.setdefault("stdout", subprocess.PIPE)
     kw.setdefault("stderr", subprocess.PIPE)
     kw.setdefault("stdin", subprocess.DEVNULL)
     kw.setdefault("text", True)
+    popen = getattr(ctx, "popen", None)
+    if popen is None:
+        popen = subprocess.Popen
+        kw.setdefault("start_new_session", True)  # finish() kills the whole group on timeout
     began = time.monotonic()
-    proc = ctx.popen(argv, env=dict(env) if env is not None else mpiwait_env(), **kw)
-    return Proc(proc, argv, began)
+    proc = popen(argv, env=dict(env) if env is not None else mpiwait_env(), **kw)
+    return Proc(proc, argv, began, read=read)
 
 
 def run(ctx: Any, args: Sequence[str], *, timeout: float = 60.0, **kw: Any) -> Result:
