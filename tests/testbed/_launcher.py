@@ -28,18 +28,35 @@ def user_entry(user: str) -> pwd.struct_passwd:
         raise BedError(f"no such user {user!r}") from None
 
 
+class ClientFile:
+    """A read-only attribute: the file ``name`` in the lab's ``client_dir``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, lab: Any, owner: type | None = None) -> Any:
+        return self if lab is None else lab.client_dir / self.name
+
+    def __set__(self, lab: Any, value: object) -> None:
+        raise AttributeError(f"{self.name} is where the lab keeps it")
+
+
 class LauncherContext:
     """Mixed into a lab, which provides these (and keeps ``_launched`` for its down())."""
 
     bed_id: str
     user: str
     names: list[str]
-    hosts_file: Path
-    nsswitch_file: Path
-    ssh_config: Path
-    key_path: Path
-    pubkey_path: Path
+    client_dir: Path  # files a client (and a non-root user) reads: key, ssh_config, hosts
     _launched: list[subprocess.Popen[Any]]
+
+    key_path = ClientFile("id_key")
+    pubkey_path = ClientFile("id_key.pub")
+    authorized_keys = ClientFile("authorized_keys")
+    ssh_config = ClientFile("ssh_config")
+    # the launcher view: only published names (rewritten in place by publish/unpublish)
+    hosts_file = ClientFile("hosts")
+    nsswitch_file = ClientFile("nsswitch.conf")
 
     def env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """``env`` (default: ours) tagged as this bed's, for a process of its launcher context."""

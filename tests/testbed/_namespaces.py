@@ -1,6 +1,7 @@
 """Network namespaces joined to the root namespace by a veth pair each (the worker end is
 ``eth0``): whether they can be made here, making them (onto a bridge or with an address of
-their own on the root end), and removing them with every process inside."""
+their own on the root end), removing them with every process inside, and the up()/down()
+lifecycle every namespace lab shares."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
+from typing import Self
 
-from ._sys import kill_pids, list_ns, netns_pids, sh, tagged_pids
+from ._sys import BedError, kill_pids, list_ns, netns_pids, sh, tagged_pids
 
 SSHD = "/usr/sbin/sshd"
 
@@ -42,6 +44,39 @@ def missing_requirements() -> str | None:
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"namespace probe failed: {e}"
     return None
+
+
+class NamespaceLab:
+    """The lifecycle of a lab of namespaces: a context manager, or up() and down()."""
+
+    _is_up = False
+
+    def up(self) -> None:
+        """Create everything; on any failure, tear down what was made and raise BedError."""
+        if self._is_up:
+            return
+        problem = missing_requirements()
+        if problem:
+            raise BedError(f"test bed unavailable: {problem}")
+        try:
+            self._up()
+        except BaseException:
+            self.down()
+            raise
+        self._is_up = True
+
+    def _up(self) -> None:
+        raise NotImplementedError
+
+    def down(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        self.up()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
 
 
 @dataclass(frozen=True)

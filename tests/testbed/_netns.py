@@ -48,9 +48,16 @@ from typing import Any
 
 from . import _mpi
 from ._faults import HostFaults
-from ._launcher import LauncherContext, user_entry
+from ._launcher import ClientFile, LauncherContext, user_entry
 from ._names import hosts_lines, write_hosts_file, write_nsswitch
-from ._namespaces import SSHD, Netns, add_bridge, add_namespaces, missing_requirements
+from ._namespaces import (
+    SSHD,
+    NamespaceLab,
+    Netns,
+    add_bridge,
+    add_namespaces,
+    missing_requirements,
+)
 from ._registry import (
     PREFIX,
     beds_dir,
@@ -110,7 +117,7 @@ def _down_all_at_exit() -> None:
                 bed.down()
 
 
-class TestBed(LauncherContext, HostFaults):
+class TestBed(LauncherContext, HostFaults, NamespaceLab):
     """N worker hosts (network namespaces with sshd) and a launcher context, on one machine.
 
     Use as a context manager (``with TestBed(3, workdir=tmp) as bed:``) or call ``up()`` and
@@ -211,51 +218,14 @@ class TestBed(LauncherContext, HostFaults):
         """Files a client (and a non-root user) reads: key, ssh_config, hosts, wrapper."""
         return self._client_dir
 
-    @property
-    def key_path(self) -> Path:
-        return self._client_dir / "id_key"
-
-    @property
-    def pubkey_path(self) -> Path:
-        return self._client_dir / "id_key.pub"
-
-    @property
-    def authorized_keys(self) -> Path:
-        return self._client_dir / "authorized_keys"
-
-    @property
-    def ssh_config(self) -> Path:
-        return self._client_dir / "ssh_config"
-
-    @property
-    def hosts_file(self) -> Path:
-        """Launcher view: only published names (rewritten in place by publish/unpublish)."""
-        return self._client_dir / "hosts"
-
-    @property
-    def worker_hosts_file(self) -> Path:
-        """Worker view: every worker, and the machine's hostname as the launcher address."""
-        return self._client_dir / "hosts.workers"
-
-    @property
-    def nsswitch_file(self) -> Path:
-        return self._client_dir / "nsswitch.conf"
-
-    @property
-    def ssh_wrapper(self) -> Path:
-        """Executable ``ssh -F ssh_config "$@"`` (for hydra's -launcher-exec and friends)."""
-        return self._client_dir / "ssh"
-
-    @property
-    def tmp_dir(self) -> Path:
-        """TMPDIR of the worker sessions (sshd SetEnv) and Open MPI's session-dir base: the
-        workers share the machine's /tmp, and concurrent beds' orteds would race on
-        /tmp/ompi.<host>.<uid> ("mkdir ... File exists")."""
-        return self._client_dir / "tmp"
-
-    @property
-    def empty_file(self) -> Path:
-        return self._client_dir / "empty"
+    # the workers' view: every worker, and the machine's hostname as the launcher address
+    worker_hosts_file = ClientFile("hosts.workers")
+    # executable ``ssh -F ssh_config "$@"`` (for hydra's -launcher-exec and friends)
+    ssh_wrapper = ClientFile("ssh")
+    # TMPDIR of the worker sessions (sshd SetEnv) and Open MPI's session-dir base: the workers
+    # share the machine's /tmp, and concurrent beds' orteds would race on /tmp/ompi.<host>.<uid>
+    tmp_dir = ClientFile("tmp")
+    empty_file = ClientFile("empty")
 
     @property
     def host_key(self) -> Path:
@@ -284,27 +254,6 @@ class TestBed(LauncherContext, HostFaults):
         ]
 
     # ---- lifecycle ---------------------------------------------------------------------------
-
-    def __enter__(self) -> TestBed:
-        self.up()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.down()
-
-    def up(self) -> None:
-        """Create everything; on any failure, tear down what was made and raise BedError."""
-        if self._is_up:
-            return
-        problem = missing_requirements()
-        if problem:
-            raise BedError(f"test bed unavailable: {problem}")
-        try:
-            self._up()
-        except BaseException:
-            self.down()
-            raise
-        self._is_up = True
 
     def _up(self) -> None:
         t0 = time.monotonic()

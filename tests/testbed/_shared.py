@@ -23,7 +23,7 @@ from . import _sys
 from ._faults import ns_iptables
 from ._launcher import LauncherContext
 from ._names import mount_ns_cmd, write_hosts_file, write_nsswitch
-from ._namespaces import Netns, add_namespaces, missing_requirements
+from ._namespaces import NamespaceLab, Netns, add_namespaces
 from ._proc import register_key
 from ._registry import MANY_PREFIX, cleanup_stale_locked, teardown_until_gone
 from ._sshd import client_config, make_key, sshd_config, start_sshd, wait_listening
@@ -33,7 +33,7 @@ FIRST_OFFSET = 10
 STATES = ("up", "refuse", "drop", "stall")
 
 
-class ManyHosts(LauncherContext):
+class ManyHosts(LauncherContext, NamespaceLab):
     """``n`` hosts (node-001 ...) as addresses of one namespace; one sshd serves them all.
 
     Per host: ``up`` (sshd answers), ``refuse`` (RST: connection refused), ``drop`` (SYNs
@@ -92,24 +92,8 @@ class ManyHosts(LauncherContext):
         return f"{SUBNET}.{self.block}.1"
 
     @property
-    def key_path(self) -> Path:
-        return self.workdir / "id_key"
-
-    @property
-    def pubkey_path(self) -> Path:
-        return self.workdir / "id_key.pub"
-
-    @property
-    def ssh_config(self) -> Path:
-        return self.workdir / "ssh_config"
-
-    @property
-    def hosts_file(self) -> Path:
-        return self.workdir / "hosts"
-
-    @property
-    def nsswitch_file(self) -> Path:
-        return self.workdir / "nsswitch.conf"
+    def client_dir(self) -> Path:
+        return self.workdir
 
     def _addr(self, i: int) -> str:
         offsets = [o for o in range(FIRST_OFFSET, 1024) if o % 256 not in (0, 255)]
@@ -117,23 +101,6 @@ class ManyHosts(LauncherContext):
         return f"{SUBNET}.{self.block + o // 256}.{o % 256}"
 
     # ---- lifecycle --------------------------------------------------------------------------
-
-    def __enter__(self) -> ManyHosts:
-        self.up()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.down()
-
-    def up(self) -> None:
-        problem = missing_requirements()
-        if problem:
-            raise _sys.BedError(f"test bed unavailable: {problem}")
-        try:
-            self._up()
-        except BaseException:
-            self.down()
-            raise
 
     def _up(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -165,8 +132,7 @@ class ManyHosts(LauncherContext):
         if not host_key.exists():
             make_key(host_key, f"{self.set_id}-host")
         register_key(self.key_path)
-        auth = self.workdir / "authorized_keys"
-        auth.write_text(self.pubkey_path.read_text())
+        self.authorized_keys.write_text(self.pubkey_path.read_text())
         header = f"mpiwait many-hosts set {self.set_id}"
         self.ssh_config.write_text(
             client_config(header=header, port=22, user="root", key=self.key_path)
@@ -177,7 +143,7 @@ class ManyHosts(LauncherContext):
                 listen="0.0.0.0",
                 port=22,
                 host_key=host_key,
-                authorized_keys=auth,
+                authorized_keys=self.authorized_keys,
                 max_startups=self._max_startups,
                 log_level="ERROR",
             )
