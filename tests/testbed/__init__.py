@@ -38,6 +38,12 @@ Housekeeping: missing_requirements(flavour), cleanup_stale(), bed_names(prefix),
     unnamed_uid() (a uid with no passwd entry), BedError, ENV_TAG, STATE_ROOT, SSHD. Submodules
     ``containers`` (a private dockerd and Debian base images: Engine) and ``leaks`` (the
     session-end check of conftest.py).
+
+Inside (private, one job a module): the labs _netns (TestBed), _shared (ManyHosts), _loopbed,
+    _loopback (Lab); what the namespace labs share: _namespaces (namespaces, veths, up/down),
+    _sshd (keys, sshd_config, ssh_config, starting sshd), _names (files-only names, the mount
+    namespace command), _launcher (the launcher context), _registry (lab ids, stale cleanup);
+    TestBed's parts _workers (processes in a worker), _faults, _mpi; _wrap, _proc, _sys.
 """
 
 from __future__ import annotations
