@@ -12,11 +12,12 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Self
+from typing import TypeVar
 
 from ._sys import BedError, kill_pids, list_ns, netns_pids, sh, tagged_pids
 
 SSHD = "/usr/sbin/sshd"
+_Lab = TypeVar("_Lab", bound="NamespaceLab")
 
 
 @cache
@@ -71,7 +72,7 @@ class NamespaceLab:
     def down(self) -> None:
         raise NotImplementedError
 
-    def __enter__(self) -> Self:
+    def __enter__(self: _Lab) -> _Lab:
         self.up()
         return self
 
