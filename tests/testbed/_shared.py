@@ -64,8 +64,10 @@ class ManyHosts(LauncherContext, NamespaceLab):
         for i in published or ():
             self._published[i] = True
         self.states = ["up"] * n
-        self.set_id = ""
+        self.set_id = ""  # set by up(), with the names and addresses made from it
         self.block = -1
+        self.ns = self.veth = self.launcher_addr = ""
+        self.client_dir = self.workdir  # key, ssh_config, hosts file: see LauncherContext
         self._sshd: subprocess.Popen[Any] | None = None
         self._launched: list[subprocess.Popen[Any]] = []
         self._down_done = False
@@ -78,22 +80,6 @@ class ManyHosts(LauncherContext, NamespaceLab):
     def bed_id(self) -> str:
         """The set's id (what its processes are tagged with), as a TestBed's."""
         return self.set_id
-
-    @property
-    def ns(self) -> str:
-        return f"{self.set_id}n"
-
-    @property
-    def veth(self) -> str:
-        return f"{self.set_id}v"
-
-    @property
-    def launcher_addr(self) -> str:
-        return f"{SUBNET}.{self.block}.1"
-
-    @property
-    def client_dir(self) -> Path:
-        return self.workdir
 
     def _addr(self, i: int) -> str:
         offsets = [o for o in range(FIRST_OFFSET, 1024) if o % 256 not in (0, 255)]
@@ -115,6 +101,8 @@ class ManyHosts(LauncherContext, NamespaceLab):
                 raise _sys.BedError(f"no free {SUBNET}.X.0/22")
             self.block = 4 * free[0]
             self.set_id = f"{MANY_PREFIX}{_sys.b36(os.getpid())}-{free[0]}"
+            self.ns, self.veth = f"{self.set_id}n", f"{self.set_id}v"
+            self.launcher_addr = f"{SUBNET}.{self.block}.1"
             self.addrs = [self._addr(i) for i in range(self.n)]
             add_namespaces(
                 [Netns(self.ns, self.veth, tuple(f"{a}/22" for a in self.addrs))],
