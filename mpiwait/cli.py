@@ -226,20 +226,7 @@ def command_line(ctx: click.Context, **params: object) -> Settings:
     COMMAND, exit 0 once all are ready (for an initContainer). With K_MPI_JOB_ROLE set to
     anything but "launcher", exec COMMAND at once.
     """
-    retry_initial = params["retry_initial"] or DEFAULT_RETRY_INITIAL
-    retry_max = params["retry_max"] or DEFAULT_RETRY_MAX
-    if retry_max < retry_initial:  # type: ignore[operator]
-        raise click.BadParameter(
-            f"--retry-max ({retry_max:g}) is smaller than --retry-initial ({retry_initial:g})",
-            ctx,
-        )
-
-    if params["list_ready"] and params["command"]:
-        raise click.UsageError(
-            "--list-ready takes no COMMAND (it prints hosts for horovodrun to read)", ctx
-        )
-    if params["list_ready"] and params["dry_run"]:
-        raise click.UsageError("--list-ready and --dry-run cannot be combined", ctx)
+    _check_together(ctx, params)
 
     def explicit(name: str) -> bool:
         return ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
@@ -274,6 +261,23 @@ def command_line(ctx: click.Context, **params: object) -> Settings:
         termination_log_explicit=explicit("termination_log"),
         launch_env=bool(params["launch_env"]),
     )
+
+
+def _check_together(ctx: click.Context, params: dict[str, object]) -> None:
+    """Options each valid alone that cannot go together."""
+    retry_initial = params["retry_initial"] or DEFAULT_RETRY_INITIAL
+    retry_max = params["retry_max"] or DEFAULT_RETRY_MAX
+    if retry_max < retry_initial:  # type: ignore[operator]
+        raise click.BadParameter(
+            f"--retry-max ({retry_max:g}) is smaller than --retry-initial ({retry_initial:g})",
+            ctx,
+        )
+    if params["list_ready"] and params["command"]:
+        raise click.UsageError(
+            "--list-ready takes no COMMAND (it prints hosts for horovodrun to read)", ctx
+        )
+    if params["list_ready"] and params["dry_run"]:
+        raise click.UsageError("--list-ready and --dry-run cannot be combined", ctx)
 
 
 def parse(argv: list[str]) -> Settings | int:

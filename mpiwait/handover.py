@@ -93,13 +93,6 @@ def recognise(
     def launch(mpi: Mpi, evidence: str) -> Launch:
         return Launch(mpi, argv[0], found, evidence)
 
-    def beside(files: Iterable[str]) -> str | None:
-        for directory in dirs:
-            for file in files:
-                if os.path.exists(os.path.join(directory, file)):
-                    return file
-        return None
-
     # The name itself, or what a symlink chain (Debian's alternatives) ends in.
     for label in dict.fromkeys([name, real_name]):
         if label == "prterun":
@@ -108,7 +101,7 @@ def recognise(
             how = "ORTE's launcher" if label == name else f"a link to {real}"
             return launch(Mpi.OPENMPI4, how)
     # Intel MPI ships hydra too (mpiexec.hydra, hydra_pmi_proxy): tell it first.
-    intel = beside(_INTEL_FILES)
+    intel = _beside(dirs, _INTEL_FILES)
     if intel is not None:
         return launch(Mpi.INTEL, f"{intel} next to it")
     root = environ.get("I_MPI_ROOT", "")
@@ -118,7 +111,7 @@ def recognise(
         return launch(Mpi.MPICH, "hydra's launcher")
     if name == "mpiexec.openmpi" or real_name.endswith(".openmpi"):
         return launch(*_openmpi_version(dirs, search, f"{real_name}"))
-    prrte, orte, hydra = beside(_PRRTE_FILES), beside(_ORTE_FILES), beside(_HYDRA_FILES)
+    prrte, orte, hydra = (_beside(dirs, f) for f in (_PRRTE_FILES, _ORTE_FILES, _HYDRA_FILES))
     if sum(x is not None for x in (prrte, orte, hydra)) > 1:
         return None  # one directory holds several MPIs and the name does not tell which
     if prrte is not None:
@@ -127,8 +120,17 @@ def recognise(
         return launch(Mpi.OPENMPI4, f"{orte} next to it")
     if hydra is not None:
         return launch(Mpi.MPICH, f"{hydra} next to it")
-    if beside(("ompi_info",)) is not None:
+    if _beside(dirs, ("ompi_info",)) is not None:
         return launch(*_openmpi_version(dirs, search, "ompi_info next to it"))
+    return None
+
+
+def _beside(dirs: list[str], files: Iterable[str]) -> str | None:
+    """The first of ``files`` found in one of ``dirs`` (the launcher's own and its link's)."""
+    for directory in dirs:
+        for file in files:
+            if os.path.exists(os.path.join(directory, file)):
+                return file
     return None
 
 
@@ -242,18 +244,34 @@ def plan(
             )
         )
     if mpi.prrte:
-        not_self = [e for e in self_entries if e.lower().rstrip(".") != hostname.lower()]
-        for old, new in PRRTE_NAMES.items():
-            if environ.get(old) is None or environ.get(new) is not None:
-                continue
-            if old == _KEEP_FQDN and not_self and _truthy(environ[old]):
-                notes.append(
-                    f"{old} not carried over to {new}: this machine is listed as "
-                    f"{not_self[0]}, not as its host name {hostname or '(unknown)'}, and PRRTE "
-                    "keeping full names would ssh to itself"
-                )
-                continue
-            changes.append(Change(new, environ[old], f"from {old}, which {mpi.value} ignores"))
+        prrte = _prrte_names(mpi, environ, self_entries, hostname)
+        changes += prrte.changes
+        notes += prrte.notes
+    return Handover(tuple(changes), tuple(notes))
+
+
+def _prrte_names(
+    mpi: Mpi,
+    environ: Mapping[str, str],
+    self_entries: Sequence[str],
+    hostname: str,
+) -> Handover:
+    """The PRRTE names of the ORTE-era variables set (and not already set under their new
+    name), and why one is not carried over."""
+    changes: list[Change] = []
+    notes: list[str] = []
+    not_self = [e for e in self_entries if e.lower().rstrip(".") != hostname.lower()]
+    for old, new in PRRTE_NAMES.items():
+        if environ.get(old) is None or environ.get(new) is not None:
+            continue
+        if old == _KEEP_FQDN and not_self and _truthy(environ[old]):
+            notes.append(
+                f"{old} not carried over to {new}: this machine is listed as "
+                f"{not_self[0]}, not as its host name {hostname or '(unknown)'}, and PRRTE "
+                "keeping full names would ssh to itself"
+            )
+            continue
+        changes.append(Change(new, environ[old], f"from {old}, which {mpi.value} ignores"))
     return Handover(tuple(changes), tuple(notes))
 
 

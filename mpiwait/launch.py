@@ -131,22 +131,8 @@ def check_remote_agent(
     uid = os.getuid() if uid is None else uid
     agent = _configured_agent(argv, environ)
     if agent is not None:
-        command, where = agent
-        if not command:
-            return None
-        programs = [part.split()[0] for part in command.split(":") if part.split()]
-        # Open MPI takes the first of the alternatives that is found.
-        used = next((p for p in programs if shutil.which(p, path=path)), None)
-        if used is not None:
-            if os.path.basename(used) == "ssh":
-                _check_ssh_runs_as(uid, name)
-            return None
-        raise LaunchError(
-            f"{name} is set to reach the workers with {command!r} ({where}), "
-            f"which is not found on PATH ({path or os.environ.get('PATH', '')})",
-            ExitCode.NOT_FOUND,
-            hint=f"install it in the launcher image, or fix {where}",
-        )
+        _check_configured_agent(*agent, launcher=name, uid=uid, path=path)
+        return None
     scheduler = any(environ.get(v) for v in _SCHEDULER_VARIABLES)
     if shutil.which("ssh", path=path) is not None:
         if _is_ssh_launcher(name) and not scheduler:
@@ -160,6 +146,29 @@ def check_remote_agent(
         ExitCode.NOT_FOUND,
         hint="install openssh-client in the launcher image, or point the launcher at another "
         "agent (OMPI_MCA_plm_rsh_agent, HYDRA_LAUNCHER_EXEC, I_MPI_HYDRA_BOOTSTRAP_EXEC)",
+    )
+
+
+def _check_configured_agent(
+    command: str, where: str, *, launcher: str, uid: int, path: str | None
+) -> None:
+    """The agent the user chose instead of plain ssh (``command``, set at ``where``) must be
+    on PATH; when it is ssh after all, it must be able to run as ``uid``. An empty ``command``
+    (a launcher that needs no agent) passes."""
+    if not command:
+        return
+    programs = [part.split()[0] for part in command.split(":") if part.split()]
+    # Open MPI takes the first of the alternatives that is found.
+    used = next((p for p in programs if shutil.which(p, path=path)), None)
+    if used is not None:
+        if os.path.basename(used) == "ssh":
+            _check_ssh_runs_as(uid, launcher)
+        return
+    raise LaunchError(
+        f"{launcher} is set to reach the workers with {command!r} ({where}), "
+        f"which is not found on PATH ({path or os.environ.get('PATH', '')})",
+        ExitCode.NOT_FOUND,
+        hint=f"install it in the launcher image, or fix {where}",
     )
 
 

@@ -64,6 +64,27 @@ def list_ready(settings: Settings, environ: Mapping[str, str], out: TextIO | Non
     cache = readycache.ReadyCache.at(
         readycache.cache_dir(environ), _settings_key(settings, environ), LIST_READY_RECHECK
     )
+    keep = _still_ready(cache, listed, lookups, settings, timeout)
+    to_probe = [h.name for h in listed if h.name not in keep]
+    outcomes: dict[str, tuple[Outcome, readycache.Entry | None]] = {}
+    if to_probe:
+        outcomes = _probe(settings, lookups, to_probe)
+
+    ready = _ready(listed, keep, outcomes, reporter)  # adds this call's passes to keep
+    cache.save(keep)
+    _print(out, [*_self_hosts(snapshot), *ready])
+    return 0
+
+
+def _still_ready(
+    cache: readycache.ReadyCache,
+    listed: list[Host],
+    lookups: Resolver,
+    settings: Settings,
+    timeout: float,
+) -> dict[str, readycache.Entry]:
+    """The hosts that passed recently enough to be listed without a login: between logins a
+    host stays listed while its name resolves as it did when it passed."""
     remembered = cache.load()
     now = readycache.now()
     recent = {
@@ -76,18 +97,8 @@ def list_ready(settings: Settings, environ: Mapping[str, str], out: TextIO | Non
         entry = recent[name]
         return _addresses(lookups, entry.address, entry.port, timeout) == entry.addresses
 
-    # Between logins a host stays listed while its name resolves as it did when it passed.
     same = _run_all(unchanged, list(recent), settings, timeout)
-    keep = {name: recent[name] for name, ok in same.items() if ok}
-    to_probe = [h.name for h in listed if h.name not in keep]
-    outcomes: dict[str, tuple[Outcome, readycache.Entry | None]] = {}
-    if to_probe:
-        outcomes = _probe(settings, lookups, to_probe)
-
-    ready = _ready(listed, keep, outcomes, reporter)  # adds this call's passes to keep
-    cache.save(keep)
-    _print(out, [*_self_hosts(snapshot), *ready])
-    return 0
+    return {name: recent[name] for name, ok in same.items() if ok}
 
 
 def _listable(snapshot: Snapshot, reporter: Reporter) -> list[Host]:

@@ -135,18 +135,8 @@ class Prober:
             looked_up = time.monotonic()
             try:
                 infos = self._lookups.resolve(target.address, target.port, timeout)
-            except LookupTimeout:
-                return _retry(Stage.DNS, "timeout", f"no answer from the resolver in {timeout:g}s")
-            except ResolverBusy:
-                return _retry(
-                    Stage.DNS,
-                    "resolver-busy",
-                    "every resolver thread holds an unanswered lookup",
-                )
-            except socket.gaierror as exc:
-                return _retry(Stage.DNS, "unresolved", f"{target.address}: {exc.strerror or exc}")
-            except UnicodeError:
-                return _retry(Stage.DNS, "unresolved", f"{target.address}: not a valid name")
+            except (LookupTimeout, ResolverBusy, socket.gaierror, UnicodeError) as exc:
+                return _lookup_failed(exc, target.address, timeout)
         if self._config.check is Check.DNS:
             return READY
         sock, failure = _connect(infos, timeout)
@@ -330,6 +320,19 @@ def _prefer_host_key_types(transport, known: tuple[str, ...]) -> None:
     first = [a for a in offered if ("ssh-rsa" if a.startswith("rsa-sha2-") else a) in known]
     if first:
         options.key_types = first + [a for a in offered if a not in first]
+
+
+def _lookup_failed(exc: Exception, address: str, timeout: float) -> Outcome:
+    """The outcome of a name lookup that raised ``exc``."""
+    if isinstance(exc, LookupTimeout):
+        return _retry(Stage.DNS, "timeout", f"no answer from the resolver in {timeout:g}s")
+    if isinstance(exc, ResolverBusy):
+        return _retry(
+            Stage.DNS, "resolver-busy", "every resolver thread holds an unanswered lookup"
+        )
+    if isinstance(exc, socket.gaierror):
+        return _retry(Stage.DNS, "unresolved", f"{address}: {exc.strerror or exc}")
+    return _retry(Stage.DNS, "unresolved", f"{address}: not a valid name")  # UnicodeError
 
 
 def _connect(infos: list, timeout: float) -> tuple[socket.socket | None, Outcome | None]:

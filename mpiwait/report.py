@@ -223,23 +223,12 @@ class Reporter:
         elif isinstance(event, HostLost):
             self._json("lost", elapsed=round(event.elapsed, 3), **_state_dict(event.state))
         elif isinstance(event, StillWaiting):
-            # Every 10 s while waiting: bounded whatever the number of hosts (a count per
-            # group and the first few of each); the full list is in the final "result".
-            groups = group_not_ready(event.hosts)
             self._json(
                 "waiting",
                 elapsed=round(event.elapsed, 3),
-                ready=sum(1 for h in event.hosts if h.stage is Stage.READY),
+                ready=_ready_count(event.hosts),
                 total=len(event.hosts),
-                groups=[
-                    {
-                        "stage": hosts[0].stage.value,
-                        "reason": hosts[0].reason,
-                        "count": len(hosts),
-                        "sample": [_state_dict(h) for h in hosts[:NAMES_PER_GROUP]],
-                    }
-                    for _, hosts in groups
-                ],
+                groups=_group_records(event.hosts),
             )
 
     def _emit_text(self, event: Event) -> None:
@@ -251,20 +240,8 @@ class Reporter:
             return
         if isinstance(event, WaitStarted):
             self._total = len(event.hosts)
-            sources = "; ".join(event.sources) or "no source lists any host yet"
-            deadline = f"deadline {event.timeout:g}s" if event.timeout > 0 else "no deadline"
-            then = f"; then {event.launch}" if event.launch else ""
-            self.line(
-                f"waiting for {_hosts(len(event.hosts))} ({sources}) to pass the "
-                f"{event.check} check; {deadline}{then}"
-            )
-            if event.skipped_self:
-                self.line(
-                    f"this machine: {', '.join(event.skipped_self)} (no login; only its name "
-                    "must resolve, as the MPI will resolve it)"
-                )
-            for note in event.notes:
-                self.line(note)
+            for text in _start_lines(event):
+                self.line(text)
         elif isinstance(event, HostsAdded):
             self._total = event.total
             self.line(
@@ -275,10 +252,7 @@ class Reporter:
         elif isinstance(event, HostChanged):
             if self._total <= PER_HOST_LINES_UP_TO:
                 state = event.state
-                self.line(
-                    f"[+{event.elapsed:.1f}s] {state.host}: {state.stage.value} {state.reason}"
-                    + (f" ({state.detail})" if state.detail else "")
-                )
+                self.line(f"[+{event.elapsed:.1f}s] {state.host}: {_why(state)}")
         elif isinstance(event, HostReady):
             self._total = event.total
             step = max(1, event.total // 10) if event.total > PER_HOST_LINES_UP_TO else 1
@@ -295,15 +269,57 @@ class Reporter:
             )
         elif isinstance(event, HostLost):
             state = event.state  # always shown: it is why the launch waits again
-            self.line(
-                f"[+{event.elapsed:.1f}s] {state.host} no longer ready: {state.stage.value} "
-                f"{state.reason}" + (f" ({state.detail})" if state.detail else "")
-            )
+            self.line(f"[+{event.elapsed:.1f}s] {state.host} no longer ready: {_why(state)}")
         elif isinstance(event, StillWaiting):
-            ready = sum(1 for h in event.hosts if h.stage is Stage.READY)
-            groups = group_not_ready(event.hosts)
-            parts = "; ".join(f"{key}: {_names(hosts, details=False)}" for key, hosts in groups)
-            self.line(f"[+{event.elapsed:.0f}s] {ready}/{len(event.hosts)} ready; {parts}")
+            self.line(_waiting_line(event))
+
+
+def _start_lines(event: WaitStarted) -> list[str]:
+    """What the wait is about to do: which hosts, from where, which check, until when."""
+    sources = "; ".join(event.sources) or "no source lists any host yet"
+    deadline = f"deadline {event.timeout:g}s" if event.timeout > 0 else "no deadline"
+    then = f"; then {event.launch}" if event.launch else ""
+    lines = [
+        f"waiting for {_hosts(len(event.hosts))} ({sources}) to pass the "
+        f"{event.check} check; {deadline}{then}"
+    ]
+    if event.skipped_self:
+        lines.append(
+            f"this machine: {', '.join(event.skipped_self)} (no login; only its name "
+            "must resolve, as the MPI will resolve it)"
+        )
+    lines.extend(event.notes)
+    return lines
+
+
+def _why(state: HostState) -> str:
+    """``tcp refused (10.0.0.7 port 22: refused)``: where a host is stuck, and why."""
+    return f"{state.stage.value} {state.reason}" + (f" ({state.detail})" if state.detail else "")
+
+
+def _ready_count(hosts: Iterable[HostState]) -> int:
+    return sum(1 for h in hosts if h.stage is Stage.READY)
+
+
+def _waiting_line(event: StillWaiting) -> str:
+    """``[+20s] 3/8 ready; tcp refused: w1, w2 ...``: a group per reason, a few names each."""
+    groups = group_not_ready(event.hosts)
+    parts = "; ".join(f"{key}: {_names(hosts, details=False)}" for key, hosts in groups)
+    return f"[+{event.elapsed:.0f}s] {_ready_count(event.hosts)}/{len(event.hosts)} ready; {parts}"
+
+
+def _group_records(hosts: Iterable[HostState]) -> list[dict[str, object]]:
+    """The JSON "waiting" record's groups: bounded whatever the number of hosts (a count per
+    group and the first few of each); the full list is in the final "result"."""
+    return [
+        {
+            "stage": group[0].stage.value,
+            "reason": group[0].reason,
+            "count": len(group),
+            "sample": [_state_dict(h) for h in group[:NAMES_PER_GROUP]],
+        }
+        for _, group in group_not_ready(hosts)
+    ]
 
 
 def _state_dict(state: HostState) -> dict[str, object]:

@@ -101,6 +101,24 @@ class LocalUser:
         return cls(name=entry.pw_name, home=entry.pw_dir or "/")
 
 
+def _config_roots(
+    config_path: Path | None, user_config: Path | None, system_config: Path, home: str
+) -> tuple[Root, ...]:
+    """The files ssh starts reading from: -F's alone, else the user's (default
+    ``~/.ssh/config``) then the system's."""
+    if config_path is None:
+        user_path = user_config if user_config is not None else Path(home, ".ssh", "config")
+        return (
+            Root(str(user_path), user_scope=True, check_perms=True, required=False),
+            Root(str(system_config), user_scope=False, check_perms=False, required=False),
+        )
+    # -F FILE: a user config (Include relative to ~/.ssh) whose permissions ssh does not
+    # check; -F none: no config at all.
+    if str(config_path) == "none":
+        return ()
+    return (Root(str(config_path), user_scope=True, check_perms=False, required=True),)
+
+
 class SSHResolver:
     """Reads the ssh config files once; then resolves any number of hosts cheaply."""
 
@@ -137,20 +155,7 @@ class SSHResolver:
             host=socket.gethostname(),
             environ=self._environ,
         )
-        if config_path is not None:
-            # -F FILE: a user config (Include relative to ~/.ssh) whose permissions ssh does
-            # not check; -F none: no config at all.
-            roots: tuple[Root, ...] = (
-                ()
-                if str(config_path) == "none"
-                else (Root(str(config_path), user_scope=True, check_perms=False, required=True),)
-            )
-        else:
-            user_path = user_config if user_config is not None else Path(home, ".ssh", "config")
-            roots = (
-                Root(str(user_path), user_scope=True, check_perms=True, required=False),
-                Root(str(system_config), user_scope=False, check_perms=False, required=False),
-            )
+        roots = _config_roots(config_path, user_config, system_config, home)
         self._evaluator = Evaluator(roots, self._ctx, system_dir=str(system_config.parent))
         self._config_files = tuple(self._evaluator.files_read)
         self._cache: dict[str, SSHTarget] = {}

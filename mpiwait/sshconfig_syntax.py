@@ -440,6 +440,12 @@ def check_line(line: Line) -> None:
     if kind == PROXYJUMP:
         check_proxy_jump(line.rest.lstrip(_WHITESPACE + "="), line.where)
         return
+    _check_one_value(line, kind)
+
+
+def _check_one_value(line: Line, kind: str) -> None:
+    """A keyword that takes exactly one value of its kind (a flag, a time, a number, ...)."""
+    args = line.args
     if not args or args[0] == "":
         raise InputError(f"{line.where}: {line.spelled} needs a value")
     arg = args[0]

@@ -143,6 +143,34 @@ class _Loop:
             self._schedule(host, at)
         return new
 
+    def reread(
+        self, read_hosts: Callable[[], tuple[tuple[str, ...], tuple[str, ...]]], now: float
+    ) -> None:
+        """Read the host sources again; hosts not listed before are waited for from ``now``."""
+        hosts, sources = read_hosts()
+        new = self.add(hosts, now)
+        if new:
+            self.emit(HostsAdded(new, len(self.tracks), sources))
+
+    def start_due(self, now: float, tokens: float) -> float:
+        """Start the attempts due by ``now``, within the probe slots and the ``tokens`` of the
+        rate limit (unused when there is none); returns the tokens left."""
+        unlimited = self.policy.probe_rate <= 0
+        parallel = self.policy.parallel
+        due = self.due
+        while (
+            due
+            and due[0][0] <= now
+            and self.in_flight < parallel
+            and (unlimited or tokens >= 1 - _EPSILON)
+        ):
+            _, _, host = heapq.heappop(due)
+            self.tracks[host].in_flight = True
+            self.in_flight += 1
+            tokens -= 1
+            self.runner.start(host)
+        return tokens
+
     def _schedule(self, host: str, at: float) -> None:
         self.seq += 1
         heapq.heappush(self.due, (at, self.seq, host))
@@ -245,10 +273,7 @@ def wait_for_hosts(
         while True:
             now = runner.now()
             if now >= next_reread:
-                hosts, sources = read_hosts()
-                new = loop.add(hosts, now)
-                if new:
-                    emit(HostsAdded(new, len(loop.tracks), sources))
+                loop.reread(read_hosts, now)
                 next_reread = now + policy.reread_interval
             if loop.tracks and loop.ready == len(loop.tracks) and not loop.recheck(now):
                 return loop.result(End.READY)
@@ -260,18 +285,7 @@ def wait_for_hosts(
             if rate > 0:
                 tokens = min(capacity, tokens + (now - refilled) * rate)
                 refilled = now
-            while (
-                loop.due
-                and loop.due[0][0] <= now
-                and loop.in_flight < policy.parallel
-                and (rate <= 0 or tokens >= 1 - _EPSILON)
-            ):
-                _, _, host = heapq.heappop(loop.due)
-                track = loop.tracks[host]
-                track.in_flight = True
-                loop.in_flight += 1
-                tokens -= 1
-                runner.start(host)
+            tokens = loop.start_due(now, tokens)
             wake = min(deadline, next_reread, next_status)
             if loop.due and loop.in_flight < policy.parallel:
                 next_due = loop.due[0][0]

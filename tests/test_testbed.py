@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import testbed
 from conftest import requires_mpich, requires_openmpi, requires_root_netns
-from testbed import _netns, _sys  # this file tests the library itself
+from testbed import _registry, _sys  # this file tests the library itself
 
 pytestmark = [pytest.mark.root, requires_root_netns]
 
@@ -27,7 +27,7 @@ def ssh(bed: testbed.TestBed, host: str, *cmd: str, opts=(), **kw) -> subprocess
 
 def leftovers(bed_id: str) -> list[str]:
     """Namespaces, links and live (non-zombie) processes of a bed that still exist."""
-    out = [n for n in _sys.list_ns() + _sys.list_links() if _netns._belongs(n, bed_id)]
+    out = [n for n in _sys.list_ns() + _sys.list_links() if _registry.belongs(n, bed_id)]
     for pid in _sys.tagged_pids(bed_id):
         try:
             state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
@@ -271,7 +271,7 @@ def _down_leaves_nothing(b: testbed.TestBed, tmp_path: Path) -> None:
     assert leftovers(bed_id) == []
     assert session.poll() is not None and stray.poll() is not None
     assert not (testbed.STATE_ROOT / "beds" / f"{bed_id}.json").exists()
-    claims = _netns._shared_dirs_load()
+    claims = _registry.shared_dirs_load()
     assert all(bed_id not in users for users in claims.values())
     if not etc_mpi_existed and "/etc/mpi" not in claims:  # (a concurrent bed may hold it)
         assert not Path("/etc/mpi").exists()

@@ -41,12 +41,17 @@ Housekeeping: missing_requirements(flavour), cleanup_stale(), bed_names(prefix),
     unnamed_uid() (a uid with no passwd entry), BedError, ENV_TAG, STATE_ROOT, SSHD. Submodules
     ``containers`` (a private dockerd and Debian base images: Engine) and ``leaks`` (the
     session-end check of conftest.py).
+
+Inside (private, one job a module): the labs _netns (TestBed), _shared (ManyHosts), _loopbed,
+    _loopback (Lab); what the namespace labs share: _namespaces (namespaces, veths, up/down),
+    _sshd (keys, sshd_config, ssh_config, starting sshd), _names (files-only names, the mount
+    namespace command), _launcher (the launcher context), _registry (lab ids, stale cleanup);
+    TestBed's parts _workers (processes in a worker), _faults, _mpi; _wrap, _proc, _sys.
 """
 
 from __future__ import annotations
 
-from . import _loopback, _netns, _shared, containers, leaks
-from ._launcher import dns_blackhole_files, wrap
+from . import _loopback, _namespaces, _registry, containers, leaks
 from ._loopback import (
     Lab,
     Sshd,
@@ -54,7 +59,8 @@ from ._loopback import (
     public_key,
 )
 from ._loopbed import LoopBed
-from ._netns import SSHD, TestBed, WorkerHost, bed_names, bed_owner
+from ._namespaces import SSHD
+from ._netns import TestBed, WorkerHost
 from ._proc import (
     Proc,
     Result,
@@ -73,6 +79,7 @@ from ._proc import (
     thread_count,
     wait_until,
 )
+from ._registry import bed_names, bed_owner
 from ._shared import ManyHosts
 from ._sys import (
     ENV_TAG,
@@ -83,6 +90,7 @@ from ._sys import (
     unnamed_uid,
     write_in_place,
 )
+from ._wrap import dns_blackhole_files, wrap
 
 __all__ = [
     "ENV_TAG",
@@ -132,7 +140,7 @@ def missing_requirements(flavour: str = "netns") -> str | None:
     """Why a lab of ``flavour`` cannot run here (a sentence), or None when it can: "netns"
     (TestBed, ManyHosts, LoopBed), "loopback" (Lab) or "containers" (containers.Engine)."""
     if flavour == "netns":
-        return _netns.missing_requirements()
+        return _namespaces.missing_requirements()
     if flavour == "loopback":
         return _loopback.missing_requirements()
     if flavour == "containers":
@@ -147,5 +155,4 @@ def cleanup_stale(
     ``prefix`` None: TestBeds of PREFIX and ManyHosts sets; else TestBeds of ``prefix`` only.
     A live owner's bed stays unless ``force``; a persistent one (scripts/testbed) unless
     ``include_persistent``."""
-    removed = _netns.cleanup_stale(prefix, include_persistent=include_persistent, force=force)
-    return removed + (_shared.cleanup_stale() if prefix is None else [])
+    return _registry.cleanup_stale(prefix, include_persistent=include_persistent, force=force)

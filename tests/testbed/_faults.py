@@ -1,43 +1,94 @@
-"""More fault states for a TestBed host (mixed into TestBed): a listener that sends a banner and
-then nothing, a MaxStartups limit, a slow link, and iptables rules of the test's own whose packet
-counters say what reached the host."""
+"""The fault states of a TestBed host (mixed into TestBed): sshd's port black-holed, the link
+down or slow, a listener that never sends a banner or sends one and then nothing, a MaxStartups
+limit; and what reached the host: SYNs counted by a rule, iptables rules of the test's own whose
+packet counters say what arrived. (sshd stopped or started late: the worker processes module.)"""
 
 from __future__ import annotations
 
 import re
 import subprocess
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ._sys import BedError, netns_pids, sh
-
-if TYPE_CHECKING:
-    from ._netns import WorkerHost
+from ._sys import BedError, kill_group, kill_pids, netns_pids, sh
+from ._workers import WorkerProcesses
 
 SSH_BANNER = b"SSH-2.0-OpenSSH_9.2\r\n"
+_SILENT_MARK = "# mpiwait-testbed silent listener"  # how an attached bed finds one
+_SYN_MARK = "mpiwait-testbed-syns"
 
-_BANNER_CODE = """# mpiwait-test banner-then-silence listener
+# argv: address, port, the bytes (hex) sent on every connection before it goes silent
+_LISTENER_CODE = f"""{_SILENT_MARK}
 import socket, sys
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind((sys.argv[1], int(sys.argv[2])))
 s.listen(1024)
+first = bytes.fromhex(sys.argv[3])
 held = []
 while True:
     c, _ = s.accept()
-    c.sendall(BANNER)
+    if first:
+        c.sendall(first)
     held.append(c)
-""".replace("BANNER", repr(SSH_BANNER))
+"""
 
 
 def ns_iptables(ns: str, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
     return sh(["ip", "netns", "exec", ns, "iptables", "-w", *args], check=check)
 
 
-class HostFaults:
-    """Fault states of host ``i`` beyond TestBed's own (stop_sshd, blackhole, link_down, ...)."""
+class HostFaults(WorkerProcesses):
+    """Fault states of host ``i`` (by its position in ``hosts``)."""
 
-    hosts: list[WorkerHost]
+    def _iptables(self, i: int, op: str) -> None:
+        rule = ["INPUT", "-p", "tcp", "--dport", str(self.hosts[i].port), "-j", "DROP"]
+        present = self.iptables(i, "-C", *rule, check=False).returncode == 0
+        if (op == "-A") != present:
+            self.iptables(i, op, *rule)
+
+    def blackhole(self, i: int) -> None:
+        """Drop every packet to worker i's SSH port (connects time out). Idempotent."""
+        self._iptables(i, "-A")
+
+    def unblackhole(self, i: int) -> None:
+        self._iptables(i, "-D")
+
+    def syns(self, i: int) -> int:
+        """Connection attempts (TCP SYNs) to worker i's SSH port since the first call, which
+        installs a rule that only counts (first in INPUT, so blackhole() does not hide any)."""
+        h = self.hosts[i]
+        rule = ["-p", "tcp", "--dport", str(h.port), "--syn", "-m", "comment", "--comment"]
+        rule.append(_SYN_MARK)
+        if self.iptables(i, "-C", "INPUT", *rule, check=False).returncode != 0:
+            self.iptables(i, "-I", "INPUT", "1", *rule)
+        for line in self.iptables(i, "-L", "INPUT", "-vnx").stdout.splitlines():
+            if f"/* {_SYN_MARK} */" in line:
+                return int(line.split()[0])
+        raise BedError(f"{h.name}: the SYN counting rule is missing")
+
+    def link_down(self, i: int) -> None:
+        """Take worker i's link down (root end of the veth): the host is unreachable."""
+        sh(["ip", "link", "set", self.hosts[i].veth, "down"])
+
+    def link_up(self, i: int) -> None:
+        sh(["ip", "link", "set", self.hosts[i].veth, "up"])
+
+    def start_silent_listener(self, i: int) -> None:
+        """Accept TCP on worker i's SSH port and never send a banner (sshd must be stopped)."""
+        if self.sshd_running(i):
+            raise BedError(f"{self.hosts[i].name}: sshd holds the port; stop_sshd() first")
+        if i in self._listeners and self._listeners[i].poll() is None:
+            return
+        self._listen(i, b"", "silent")
+
+    def stop_silent_listener(self, i: int) -> None:
+        p = self._listeners.pop(i, None)
+        if p is not None:
+            kill_group(p)
+        else:  # attached bed: find it by its marker
+            kill_pids(self._pids_in_ns(i, _SILENT_MARK.encode()))
+        self._wait_not_listening(i)
 
     def iptables(self, i: int, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         """``iptables -w ARGS`` in worker i's namespace (rules there go with the namespace)."""
@@ -57,23 +108,24 @@ class HostFaults:
 
     def start_banner_listener(self, i: int) -> subprocess.Popen[Any]:
         """On worker i (sshd stopped): accept, send an SSH banner, then say nothing more."""
+        return self._listen(i, SSH_BANNER, "banner")
+
+    def _listen(self, i: int, first: bytes, what: str) -> subprocess.Popen[Any]:
         h = self.hosts[i]
-        p = self._spawn(  # type: ignore[attr-defined]
-            self.ns_exec_cmd(i, [sys.executable, "-c", _BANNER_CODE, h.addr, str(h.port)]),  # type: ignore[attr-defined]
-            self.workdir / f"banner.{i}.log",  # type: ignore[attr-defined]
-        )
+        argv = [sys.executable, "-c", _LISTENER_CODE, h.addr, str(h.port), first.hex()]
+        p = self._spawn(self.ns_exec_cmd(i, argv), self.workdir / f"{what}.{i}.log")
         # so start_sshd refuses while it holds the port, and down() kills it
-        self._listeners[i] = p  # type: ignore[attr-defined]
-        self.wait_listening([i], timeout=10)  # type: ignore[attr-defined]
+        self._listeners[i] = p
+        self.wait_listening([i], timeout=10)
         return p
 
     def set_max_startups(self, i: int, value: str) -> None:
         """Restart worker i's sshd with ``MaxStartups value``."""
         cfg = self.hosts[i].sshd_config
         text = re.sub(r"(?m)^MaxStartups .*$", f"MaxStartups {value}", cfg.read_text())
-        self.stop_sshd(i)  # type: ignore[attr-defined]
+        self.stop_sshd(i)
         cfg.write_text(text)
-        self.start_sshd(i)  # type: ignore[attr-defined]
+        self.start_sshd(i)
 
     def slow_link(self, i: int, rate: str = "8kbit") -> None:
         """Shape both directions of worker i's link to ``rate`` (an SSH handshake then takes s)."""

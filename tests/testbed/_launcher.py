@@ -1,160 +1,228 @@
-"""Extra bind mounts inside a launcher context and a drop to an unprivileged user (``wrap``)."""
+"""The launcher context of a namespace lab (TestBed, ManyHosts): running a command where the
+lab's names resolve from files only, ssh reads the lab's ssh_config, as the lab's user; and
+laying out what mpi-operator gives a launcher (/etc/mpi, the ssh-auth secret)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 import pwd
-import re
-import shlex
-import sys
-from collections.abc import Sequence
+import shutil
+import signal
+import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
-from ._proc import REPO
-from ._sys import drop_to
+from ._names import files_only_cmd
+from ._registry import claim_dir
+from ._sys import ENV_TAG, BedError, drop_to, kill_group
 
-STAGE_DIR = Path("/run/mpiwait-testbed-stage")  # an empty mount point, used only inside mount ns
-# Where the checkout and its venv stay reachable when a bind hides them (a clone under /tmp, with
-# the test binding a private directory over /tmp). Also only ever mounted on inside a mount ns.
-PY_STAGE_DIR = Path("/run/mpiwait-testbed-py")
-
-
-# extra mounts and an unprivileged user, inside a launcher context
+_LAUNCHER_KW = ("etc_mpi", "home_ssh", "ssh_config", "as_user")
 
 
-def _blocked_ancestor(path: Path) -> Path | None:
-    """The outermost directory on the way to ``path`` that others cannot traverse."""
-    parts = path.resolve().parts
-    for n in range(1, len(parts) + 1):
-        p = Path(*parts[:n])
-        try:
-            if not p.stat().st_mode & 0o001:
-                return p
-        except OSError:
-            return None
-    return None
-
-
-def _python_paths() -> list[Path]:
-    """What `python -m mpiwait` needs to read: the interpreter's trees, site-packages, repo."""
-    wanted = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent, REPO}
-    wanted |= {Path(p) for p in sys.path if p and Path(p).is_dir()}
-    resolved = sorted({p.resolve() for p in wanted}, key=lambda p: len(p.parts))
-    out: list[Path] = []
-    for p in resolved:
-        if not any(p == q or q in p.parents for q in out):
-            out.append(p)
-    return out
-
-
-def wrap(
-    *,
-    binds: Sequence[tuple[Path | str, Path | str]] = (),
-    readonly: Sequence[Path | str] = (),
-    user: str | None = None,
-    cwd: Path | str | None = None,
-    home: Path | str | None = None,
-) -> list[str]:
-    """argv prefix for a bed's ``run``/``popen`` (which run it as root in a private mount
-    namespace): bind ``binds`` (src → dst, sources staged first, so a dst may hide another's
-    source), remount ``readonly`` paths read-only, then ``cd cwd`` and, with ``user``, drop to
-    that user (HOME ``home`` or theirs) after making the Python interpreter reachable for them."""
-    lines = ["set -e", f"mount -t tmpfs -o mode=0700,size=1m mwstage {STAGE_DIR}"]
-    staged: list[tuple[str, Path]] = []
-
-    def stage(src: Path) -> str:
-        slot = f"{STAGE_DIR}/s{len(staged)}"
-        if src.is_dir():
-            lines.append(f"mkdir -p {slot}")
-        else:
-            lines.append(f": > {slot}")
-        lines.append(f"mount --bind {shlex.quote(str(src))} {slot}")
-        staged.append((slot, src))
-        return slot
-
-    # The checkout (the source `-m mpiwait` runs) and the venv must survive the binds: where a bind
-    # destination hides one of them, bind it first to a place of its own, and run from there.
-    dsts = [Path(dst) for _, dst in binds]
-    hidden = [
-        p
-        for p in sorted({REPO, Path(sys.prefix)}, key=lambda p: len(p.parts))
-        if any(p == d or d in p.parents for d in dsts)
-    ]
-    hidden = [p for p in hidden if not any(q in p.parents for q in hidden)]
-    moved: dict[Path, str] = {}
-    if hidden:
-        lines.append(f"mount -t tmpfs -o mode=0755,size=1m mwpy {PY_STAGE_DIR}")
-        for k, p in enumerate(hidden):
-            moved[p] = f"{PY_STAGE_DIR}/p{k}"
-            lines.append(f"mkdir -p {moved[p]}")
-            lines.append(f"mount --bind {shlex.quote(str(p))} {moved[p]}")
-
-    def relocate(path: Path) -> str:
-        for old, new in moved.items():
-            if path == old or old in path.parents:
-                return new + "/" + str(path.relative_to(old)) if path != old else new
-        return str(path)
-
-    reach: dict[Path, list[Path]] = {}
-    if user is not None:
-        pw = pwd.getpwnam(user)
-        for p in _python_paths():
-            a = _blocked_ancestor(p)
-            if a is not None and pw.pw_uid != a.stat().st_uid:
-                reach.setdefault(a, []).append(p)
-    reach_slots = {a: stage(a) for a in reach}
-    bind_slots = [(stage(Path(src).resolve()), Path(dst)) for src, dst in binds]
-    for a, paths in reach.items():
-        lines.append(f"mount -t tmpfs -o mode=0755,size=1m mwreach {shlex.quote(str(a))}")
-        for p in paths:
-            rel = p.relative_to(a)
-            lines.append(f"mkdir -p {shlex.quote(str(p))}")
-            lines.append(
-                f"mount --bind {reach_slots[a]}/{shlex.quote(str(rel))} {shlex.quote(str(p))}"
-            )
-    for slot, dst in bind_slots:
-        lines.append(f"mount --bind {slot} {shlex.quote(str(dst))}")
-    for p in readonly:
-        q = shlex.quote(str(p))
-        lines.append(f"mount --bind {q} {q}")
-        lines.append(f"mount -o remount,bind,ro {q}")
-    lines.append(f"umount -l {STAGE_DIR}")
-    if moved:
-        lines.append(
-            f"export PYTHONPATH={shlex.quote(relocate(REPO))}${{PYTHONPATH:+:$PYTHONPATH}}"
-        )
-        old_python, new_python = (
-            shlex.quote(sys.executable),
-            shlex.quote(relocate(Path(sys.executable))),
-        )
-        lines.append(
-            f'for a do shift; [ "$a" = {old_python} ] && a={new_python}; set -- "$@" "$a"; done'
-        )
-    if cwd is not None:
-        lines.append(f"cd {shlex.quote(str(cwd))}")
-    drop = drop_to(pwd.getpwnam(user), home) if user is not None else []
-    lines.append('exec "$@"')
-    STAGE_DIR.mkdir(mode=0o700, exist_ok=True)
-    if moved:
-        PY_STAGE_DIR.mkdir(mode=0o755, exist_ok=True)
-    return ["sh", "-c", "\n".join(lines), "mpiwait-test-wrap", *drop]
-
-
-def dns_blackhole_files(workdir: Path, nameserver: str, *, timeout: int = 30) -> list[tuple]:
-    """Bind pairs for a launcher whose lookups of unknown names go to ``nameserver`` (an address
-    in a namespace of ours that drops port 53) and hang ``timeout`` s there."""
-    workdir.mkdir(parents=True, exist_ok=True)
+def user_entry(user: str) -> pwd.struct_passwd:
     try:
-        nss = Path("/etc/nsswitch.conf").read_text().splitlines()
-    except OSError:
-        nss = ["passwd: files", "group: files"]
-    nss = [ln for ln in nss if not re.match(r"^\s*hosts\s*:", ln)] + ["hosts: files dns"]
-    nsswitch = workdir / "nsswitch.dns.conf"
-    nsswitch.write_text("\n".join(nss) + "\n")
-    resolv = workdir / "resolv.blackhole.conf"
-    resolv.write_text(f"nameserver {nameserver}\noptions timeout:{timeout} attempts:1\n")
-    for f in (nsswitch, resolv):
-        f.chmod(0o644)
-    return [(nsswitch, "/etc/nsswitch.conf"), (resolv, "/etc/resolv.conf")]
+        return pwd.getpwnam(user)
+    except KeyError:
+        raise BedError(f"no such user {user!r}") from None
 
 
-# ---------------------------------------------------------------------------------------------
+class ClientFile:
+    """A read-only attribute: the file ``name`` in the lab's ``client_dir``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, lab: Any, owner: type | None = None) -> Any:
+        return self if lab is None else lab.client_dir / self.name
+
+    def __set__(self, lab: Any, value: object) -> None:
+        raise AttributeError(f"{self.name} is where the lab keeps it")
+
+
+class LauncherContext:
+    """Mixed into a lab, which provides these (and keeps ``_launched`` for its down())."""
+
+    bed_id: str
+    user: str
+    names: list[str]
+    client_dir: Path  # files a client (and a non-root user) reads: key, ssh_config, hosts
+    _launched: list[subprocess.Popen[Any]]
+
+    key_path = ClientFile("id_key")
+    pubkey_path = ClientFile("id_key.pub")
+    authorized_keys = ClientFile("authorized_keys")
+    ssh_config = ClientFile("ssh_config")
+    # the launcher view: only published names (rewritten in place by publish/unpublish)
+    hosts_file = ClientFile("hosts")
+    nsswitch_file = ClientFile("nsswitch.conf")
+
+    def env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """``env`` (default: ours) tagged as this bed's, for a process of its launcher context."""
+        e = dict(os.environ if env is None else env)
+        e[ENV_TAG] = self.bed_id
+        return e
+
+    def launcher_cmd(
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        etc_mpi: Path | str | None = None,
+        home_ssh: Path | str | None = None,
+        ssh_config: Path | str | bool | None = None,
+        as_user: str | None = None,
+    ) -> list[str]:
+        """argv that runs ``argv`` as the launcher: private mount namespace with the bed's hosts
+        file over /etc/hosts, nsswitch ``hosts: files``, ``ssh_config`` over /etc/ssh/ssh_config
+        (None: the bed's; False: leave the machine's), optionally ``etc_mpi`` over /etc/mpi and
+        ``home_ssh`` over ~``as_user``/.ssh (or ~root), then drop to ``as_user`` if given."""
+        if not self.bed_id:
+            raise BedError("bed is not up")
+        if ssh_config is None or ssh_config is True:
+            config: Path | None = self.ssh_config
+        else:
+            config = None if ssh_config is False else Path(ssh_config)
+        pw = user_entry(as_user) if as_user else None
+        more: list[tuple[Path, Path]] = []
+        if etc_mpi is not None:
+            claim_dir(Path("/etc/mpi"), self.bed_id)
+            more.append((Path(etc_mpi), Path("/etc/mpi")))
+        if home_ssh is not None:
+            home = Path((pw or user_entry("root")).pw_dir)
+            claim_dir(home / ".ssh", self.bed_id, owner=pw)
+            more.append((Path(home_ssh), home / ".ssh"))
+        return files_only_cmd(
+            argv,
+            hosts_file=self.hosts_file,
+            nsswitch_file=self.nsswitch_file,
+            ssh_config=config,
+            tag=self.bed_id,
+            title="testbed-launcher",
+            more=more,
+            prefix=drop_to(pw) if pw is not None else [],
+        )
+
+    def run(
+        self,
+        argv: Sequence[str | os.PathLike[str]],
+        *,
+        timeout: float = 60.0,
+        check: bool = False,
+        **kw: Any,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``argv`` in the launcher context and wait. Takes launcher_cmd()'s keywords and
+        subprocess.run()'s (defaults: capture_output, text, stdin=DEVNULL). On timeout the
+        whole process group is killed and TimeoutExpired is raised."""
+        lk = {k: kw.pop(k) for k in _LAUNCHER_KW if k in kw}
+        kw.setdefault("text", True)
+        kw["env"] = self.env(kw.get("env"))
+        inp = kw.pop("input", None)
+        if kw.pop("capture_output", True):
+            kw.setdefault("stdout", subprocess.PIPE)
+            kw.setdefault("stderr", subprocess.PIPE)
+        if inp is not None:
+            kw["stdin"] = subprocess.PIPE
+        kw.setdefault("stdin", subprocess.DEVNULL)
+        kw.setdefault("start_new_session", True)
+        cmd = self.launcher_cmd(argv, **lk)
+        with subprocess.Popen(cmd, **kw) as p:
+            try:
+                out, err = p.communicate(inp, timeout=timeout)
+            except subprocess.TimeoutExpired:
+                kill_group(p, grace=0.5)
+                out, err = p.communicate()
+                raise subprocess.TimeoutExpired(cmd, timeout, out, err) from None
+            except BaseException:
+                kill_group(p, grace=0.5)
+                raise
+            # children the command left behind in its group (e.g. a stuck orted)
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(p.pid, signal.SIGKILL)
+        cp = subprocess.CompletedProcess(cmd, p.returncode, out, err)
+        if check:
+            cp.check_returncode()
+        return cp
+
+    def popen(self, argv: Sequence[str | os.PathLike[str]], **kw: Any) -> subprocess.Popen[Any]:
+        """Start ``argv`` in the launcher context (own process group, killed by down()).
+        Takes launcher_cmd()'s keywords and subprocess.Popen()'s."""
+        lk = {k: kw.pop(k) for k in _LAUNCHER_KW if k in kw}
+        kw["env"] = self.env(kw.get("env"))
+        kw.setdefault("start_new_session", True)
+        p = subprocess.Popen(self.launcher_cmd(argv, **lk), **kw)
+        self._launched = [q for q in self._launched if q.poll() is None] + [p]
+        return p
+
+    # ---- what mpi-operator lays out for a launcher -------------------------------------------
+
+    def _pick(self, hosts: Sequence[int | str] | None) -> list[str]:
+        """Host names from indexes or names (None: all)."""
+        if hosts is None:
+            return list(self.names)
+        return [self.names[h] if isinstance(h, int) else h for h in hosts]
+
+    def write_ssh_auth(
+        self, dest: Path | str, *, key_mode: int = 0o600, owner: str | None = None
+    ) -> Path:
+        """Make a directory like mpi-operator's ``ssh-auth`` secret mount: ``id_rsa`` (the bed's
+        client key, whatever its type), ``id_rsa.pub``, ``authorized_keys``. Use it as
+        ``home_ssh=``. ``key_mode`` lets a test reproduce "permissions too open"."""
+        dest = Path(dest)
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.key_path, dest / "id_rsa")
+        shutil.copyfile(self.pubkey_path, dest / "id_rsa.pub")
+        shutil.copyfile(self.pubkey_path, dest / "authorized_keys")
+        (dest / "id_rsa").chmod(key_mode)
+        (dest / "id_rsa.pub").chmod(0o644)
+        (dest / "authorized_keys").chmod(0o644)
+        pw = user_entry(owner or self.user)
+        for p in (dest, *dest.iterdir()):
+            os.chown(p, pw.pw_uid, pw.pw_gid)
+        dest.chmod(0o700)
+        return dest
+
+    def write_etc_mpi(
+        self,
+        dest: Path | str,
+        *,
+        flavor: str = "openmpi",
+        slots: int = 1,
+        running: Sequence[int] | None = None,
+        hosts: Sequence[int | str] | None = None,
+    ) -> Path:
+        """Make a directory like mpi-operator's /etc/mpi: ``hostfile`` (0444; ``h slots=N`` for
+        "openmpi", ``h:N`` for "mpich"/"intel") and ``discover_hosts.sh`` (0555; ``running``
+        lists the indexes it echoes, default all; sorted by name as the operator does)."""
+        dest = Path(dest)
+        dest.mkdir(parents=True, exist_ok=True)
+        names = self._pick(hosts)
+        if flavor == "openmpi":
+            lines = [f"{h} slots={slots}" for h in names]
+        elif flavor in ("mpich", "intel"):
+            lines = [f"{h}:{slots}" for h in names]
+        else:
+            raise ValueError(f"flavor must be openmpi, mpich or intel, got {flavor!r}")
+        p = dest / "hostfile"
+        with contextlib.suppress(FileNotFoundError):
+            p.chmod(0o644)
+        p.write_text("\n".join(lines) + "\n")
+        p.chmod(0o444)
+        up = names if running is None else self._pick(running)
+        self.write_discover_hosts(dest, sorted(up))
+        return dest
+
+    @staticmethod
+    def write_discover_hosts(dest: Path | str, names: Sequence[str]) -> Path:
+        """(Re)write ``dest/discover_hosts.sh`` in place (keeps the inode under bind mounts)."""
+        p = Path(dest) / "discover_hosts.sh"
+        text = "#!/bin/sh\n" + "".join(f"echo {n}\n" for n in names)
+        if p.exists():
+            p.chmod(0o755)
+            with open(p, "r+") as f:
+                f.truncate(0)
+                f.write(text)
+        else:
+            p.write_text(text)
+        p.chmod(0o555)
+        return p

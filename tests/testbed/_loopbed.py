@@ -4,7 +4,7 @@
 A TestBed namespace per host stops at 244 hosts and 1000 sshd would not fit on 2 cores anyway;
 what a scale test needs is 1000 distinct names and addresses, each a separate TCP connection and
 SSH login, as the client sees them. The namespace, sshd, keys and cleanup come from a one-host
-TestBed (tests/testbed.py), so a crashed run is cleaned by ``testbed.cleanup_stale()`` like any
+TestBed, so a crashed run is cleaned by ``testbed.cleanup_stale()`` like any
 bed. Clients (mpiwait and the peers) run inside the namespace with a hosts file of their own
 over /etc/hosts, files-only name resolution and the bed's ssh_config over /etc/ssh/ssh_config.
 """
@@ -12,11 +12,11 @@ over /etc/hosts, files-only name resolution and the bed's ssh_config over /etc/s
 from __future__ import annotations
 
 import os
-import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from . import _netns as testbed
+from ._names import files_only_cmd, write_hosts_file
+from ._netns import TestBed
 
 
 class LoopBed:
@@ -28,7 +28,7 @@ class LoopBed:
         self.names = [f"h{k + 1:04d}" for k in range(n)]
         self.addrs = [f"127.1.{k // 250}.{k % 250 + 1}" for k in range(n)]
         self._published = [published] * n
-        self.bed = testbed.TestBed(1, workdir=self.workdir / "bed", names=["loopsshd"], start=False)
+        self.bed = TestBed(1, workdir=self.workdir / "bed", names=["loopsshd"], start=False)
 
     # ---- lifecycle ---------------------------------------------------------------------------
 
@@ -42,12 +42,12 @@ class LoopBed:
     def up(self, *, start: bool = True) -> None:
         self.bed.up()
         h = self.bed.hosts[0]
-        conf = h.sshd_config.read_text()
-        conf = conf.replace(f"ListenAddress {h.addr}", "ListenAddress 0.0.0.0")
         # VERBOSE: "Connection from A port P on DEST port 22" ties each login to its host
-        conf = conf.replace("LogLevel INFO", "LogLevel VERBOSE")
-        conf = conf.replace("MaxStartups 1000:30:2000", "MaxStartups 4000:30:8000")
-        h.sshd_config.write_text(conf)
+        h.sshd_config.write_text(
+            self.bed._sshd_config_text(
+                h, listen="0.0.0.0", log_level="VERBOSE", max_startups="4000:30:8000"
+            )
+        )
         self.hosts_file.touch()
         self.write_hosts()
         self.hostfile.write_text("".join(f"{nm} slots=1\n" for nm in self.names))
@@ -83,7 +83,7 @@ class LoopBed:
     def write_hosts(self) -> None:
         """(Re)write the clients' hosts file in place: running clients have its inode mounted.
         Never shorter than before (padded with a comment), so a reader never sees it empty."""
-        testbed.write_hosts_file(
+        write_hosts_file(
             self.hosts_file,
             [
                 (a, nm)
@@ -112,29 +112,12 @@ class LoopBed:
     def client_cmd(self, argv: Sequence[str | os.PathLike[str]]) -> list[str]:
         """argv that runs ``argv`` as a client: inside the namespace, names from the bed's hosts
         file only, the bed's ssh_config as the system one."""
-        mounts = [
-            (self.hosts_file, "/etc/hosts"),
-            (self.bed.nsswitch_file, "/etc/nsswitch.conf"),
-            (self.bed.ssh_config, "/etc/ssh/ssh_config"),
-        ]
-        script = (
-            " && ".join(f"mount --bind {shlex.quote(str(src))} {dst}" for src, dst in mounts)
-            + ' && exec "$@"'
+        return files_only_cmd(
+            argv,
+            hosts_file=self.hosts_file,
+            nsswitch_file=self.bed.nsswitch_file,
+            ssh_config=self.bed.ssh_config,
+            tag=self.bed.bed_id,
+            title="loopbed-client",
+            netns=self.ns,
         )
-        return [
-            "env",
-            f"{testbed.ENV_TAG}={self.bed.bed_id}",
-            "ip",
-            "netns",
-            "exec",
-            self.ns,
-            "unshare",
-            "-m",
-            "--propagation",
-            "private",
-            "sh",
-            "-c",
-            script,
-            "loopbed-client",
-            *(os.fspath(a) for a in argv),
-        ]

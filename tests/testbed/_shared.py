@@ -12,37 +12,28 @@ carry the owner's pid (base 36): ``cleanup_stale()`` removes sets whose owner is
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
-import shlex
 import subprocess
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from . import _netns as testbed
 from . import _sys
 from ._faults import ns_iptables
-from ._proc import register_key, tcp_states, wait_until
+from ._launcher import LauncherContext
+from ._names import mount_ns_cmd, write_hosts_file, write_nsswitch
+from ._namespaces import NamespaceLab, Netns, add_namespaces
+from ._proc import register_key
+from ._registry import MANY_PREFIX, cleanup_stale_locked, teardown_until_gone
+from ._sshd import client_config, make_key, sshd_config, start_sshd, wait_listening
 
-PREFIX = "mh"
 SUBNET = "10.124"
 FIRST_OFFSET = 10
-
-
-# ManyHosts
-
-
-def _b36(n: int) -> str:
-    return _sys.b36(n)
-
-
 STATES = ("up", "refuse", "drop", "stall")
 
 
-class ManyHosts:
+class ManyHosts(LauncherContext, NamespaceLab):
     """``n`` hosts (node-001 ...) as addresses of one namespace; one sshd serves them all.
 
     Per host: ``up`` (sshd answers), ``refuse`` (RST: connection refused), ``drop`` (SYNs
@@ -52,6 +43,7 @@ class ManyHosts:
     """
 
     __test__ = False
+    user = "root"
 
     def __init__(
         self,
@@ -72,8 +64,10 @@ class ManyHosts:
         for i in published or ():
             self._published[i] = True
         self.states = ["up"] * n
-        self.set_id = ""
+        self.set_id = ""  # set by up(), with the names and addresses made from it
         self.block = -1
+        self.ns = self.veth = self.launcher_addr = ""
+        self.client_dir = self.workdir  # key, ssh_config, hosts file: see LauncherContext
         self._sshd: subprocess.Popen[Any] | None = None
         self._launched: list[subprocess.Popen[Any]] = []
         self._down_done = False
@@ -83,32 +77,9 @@ class ManyHosts:
     # ---- layout ---------------------------------------------------------------------------
 
     @property
-    def ns(self) -> str:
-        return f"{self.set_id}n"
-
-    @property
-    def veth(self) -> str:
-        return f"{self.set_id}v"
-
-    @property
-    def launcher_addr(self) -> str:
-        return f"{SUBNET}.{self.block}.1"
-
-    @property
-    def key_path(self) -> Path:
-        return self.workdir / "id_key"
-
-    @property
-    def ssh_config(self) -> Path:
-        return self.workdir / "ssh_config"
-
-    @property
-    def hosts_file(self) -> Path:
-        return self.workdir / "hosts"
-
-    @property
-    def nsswitch_file(self) -> Path:
-        return self.workdir / "nsswitch.conf"
+    def bed_id(self) -> str:
+        """The set's id (what its processes are tagged with), as a TestBed's."""
+        return self.set_id
 
     def _addr(self, i: int) -> str:
         offsets = [o for o in range(FIRST_OFFSET, 1024) if o % 256 not in (0, 255)]
@@ -117,51 +88,26 @@ class ManyHosts:
 
     # ---- lifecycle --------------------------------------------------------------------------
 
-    def __enter__(self) -> ManyHosts:
-        self.up()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.down()
-
-    def up(self) -> None:
-        problem = testbed.missing_requirements()
-        if problem:
-            raise testbed.BedError(f"test bed unavailable: {problem}")
-        try:
-            self._up()
-        except BaseException:
-            self.down()
-            raise
-
     def _up(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
         with _sys.global_lock():
-            _cleanup_stale_locked()
+            cleanup_stale_locked(MANY_PREFIX)
             used = set()
             out = _sys.sh(["ip", "-o", "-4", "addr", "show"], check=False).stdout
             for m in re.finditer(rf"\binet {re.escape(SUBNET)}\.(\d+)\.", out):
                 used.add(int(m.group(1)) // 4)
             free = [k for k in range(64) if k not in used]
             if not free:
-                raise testbed.BedError(f"no free {SUBNET}.X.0/22")
+                raise _sys.BedError(f"no free {SUBNET}.X.0/22")
             self.block = 4 * free[0]
-            self.set_id = f"{PREFIX}{_b36(os.getpid())}-{free[0]}"
-            _sys.sh(
-                ["ip", "-batch", "-"],
-                input=(
-                    f"netns add {self.ns}\n"
-                    f"link add {self.veth} type veth peer name eth0 netns {self.ns}\n"
-                    f"link set dev {self.veth} addrgenmode none\n"
-                    f"addr add {self.launcher_addr}/22 dev {self.veth}\n"
-                    f"link set {self.veth} up\n"
-                ),
+            self.set_id = f"{MANY_PREFIX}{_sys.b36(os.getpid())}-{free[0]}"
+            self.ns, self.veth = f"{self.set_id}n", f"{self.set_id}v"
+            self.launcher_addr = f"{SUBNET}.{self.block}.1"
+            self.addrs = [self._addr(i) for i in range(self.n)]
+            add_namespaces(
+                [Netns(self.ns, self.veth, tuple(f"{a}/22" for a in self.addrs))],
+                root_cidr=f"{self.launcher_addr}/22",
             )
-        self.addrs = [self._addr(i) for i in range(self.n)]
-        batch = ["link set lo up", "link set dev eth0 addrgenmode none"]
-        batch += [f"addr add {a}/22 dev eth0" for a in self.addrs]
-        batch.append("link set eth0 up")
-        _sys.sh(["ip", "-n", self.ns, "-batch", "-"], input="\n".join(batch) + "\n")
         ns_iptables(self.ns, "-N", "MH")
         ns_iptables(self.ns, "-A", "INPUT", "-p", "tcp", "--dport", "22", "-j", "MH")
         self._write_files()
@@ -169,48 +115,32 @@ class ManyHosts:
             self.start_sshd()
 
     def _write_files(self) -> None:
-        for p in (self.key_path, Path(f"{self.key_path}.pub")):
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()
-        keygen = ["ssh-keygen", "-q", "-t", "ed25519", "-N", ""]
-        _sys.sh([*keygen, "-C", f"{self.set_id}-client", "-f", self.key_path])
+        make_key(self.key_path, f"{self.set_id}-client")
         host_key = self.workdir / "ssh_host_ed25519_key"
         if not host_key.exists():
-            _sys.sh([*keygen, "-C", f"{self.set_id}-host", "-f", host_key])
+            make_key(host_key, f"{self.set_id}-host")
         register_key(self.key_path)
-        auth = self.workdir / "authorized_keys"
-        auth.write_text(Path(f"{self.key_path}.pub").read_text())
+        self.authorized_keys.write_text(self.pubkey_path.read_text())
+        header = f"mpiwait many-hosts set {self.set_id}"
         self.ssh_config.write_text(
-            f"# mpiwait many-hosts set {self.set_id}\n"
-            "Host *\n"
-            "    Port 22\n"
-            "    User root\n"
-            f"    IdentityFile {self.key_path}\n"
-            "    IdentitiesOnly yes\n"
-            "    StrictHostKeyChecking no\n"
-            "    UserKnownHostsFile /dev/null\n"
-            "    BatchMode yes\n"
+            client_config(header=header, port=22, user="root", key=self.key_path)
         )
         (self.workdir / "sshd_config").write_text(
-            f"# mpiwait many-hosts set {self.set_id}\n"
-            "Port 22\n"
-            "ListenAddress 0.0.0.0\n"
-            f"HostKey {host_key}\n"
-            "PidFile none\n" + _sys.SSHD_KEY_LOGIN_ONLY + f"AuthorizedKeysFile {auth}\n"
-            f"MaxStartups {self._max_startups}\n"
-            "UseDNS no\n"
-            "LogLevel ERROR\n"
+            sshd_config(
+                header=header,
+                listen="0.0.0.0",
+                port=22,
+                host_key=host_key,
+                authorized_keys=self.authorized_keys,
+                max_startups=self._max_startups,
+                log_level="ERROR",
+            )
         )
-        try:
-            nss = Path("/etc/nsswitch.conf").read_text().splitlines()
-        except OSError:
-            nss = ["passwd: files", "group: files"]
-        nss = [ln for ln in nss if not re.match(r"^\s*hosts\s*:", ln)] + ["hosts: files"]
-        self.nsswitch_file.write_text("\n".join(nss) + "\n")
+        write_nsswitch(self.nsswitch_file)
         self._write_hosts_file()
 
     def _write_hosts_file(self) -> None:
-        testbed.write_hosts_file(
+        write_hosts_file(
             self.hosts_file,
             [
                 (a, nm)
@@ -225,35 +155,14 @@ class ManyHosts:
         self._write_hosts_file()
 
     def start_sshd(self) -> None:
-        conf = self.workdir / "sshd_config"
         log = self.workdir / "sshd.log"
-        Path("/run/sshd").mkdir(mode=0o755, exist_ok=True)
-        script = (
-            f"mount --bind {shlex.quote(str(self.hosts_file))} /etc/hosts && "
-            f"mount --bind {shlex.quote(str(self.nsswitch_file))} /etc/nsswitch.conf && "
-            'exec "$@"'
+        prelude = mount_ns_cmd(
+            [(self.hosts_file, "/etc/hosts"), (self.nsswitch_file, "/etc/nsswitch.conf")],
+            "manyhosts-sshd",
+            netns=self.ns,
         )
-        argv = [
-            "ip", "netns", "exec", self.ns, "unshare", "-m", "--propagation", "private",
-            "sh", "-c", script, "manyhosts-sshd",
-            testbed.SSHD, "-D", "-f", str(conf), "-E", str(log),
-        ]  # fmt: skip
-        with open(log, "ab") as out:
-            self._sshd = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                env=self.env(None),
-            )
-        wait_until(
-            lambda: "0A" in tcp_states(self._sshd.pid, 22) or self._sshd.poll() is not None,
-            10,
-            "the many-hosts sshd to listen",
-        )
-        if self._sshd.poll() is not None:
-            raise testbed.BedError(f"sshd exited: {log.read_text()[-500:]}")
+        self._sshd = start_sshd(prelude, self.workdir / "sshd_config", log, self.env(None))
+        wait_listening(self._sshd, 22, log)
 
     def set_states(self, states: Mapping[int, str] | Sequence[str]) -> None:
         """Change hosts' states (a mapping index → state, or a full list) in one go."""
@@ -277,74 +186,11 @@ class ManyHosts:
             input="\n".join(rules) + "\n",
         )
 
-    # ---- launcher context -----------------------------------------------------------------
-
-    def env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
-        """``env`` (default: ours) tagged as this set's, for a process of its launcher context."""
-        e = dict(os.environ if env is None else env)
-        e[testbed.ENV_TAG] = self.set_id
-        return e
-
-    def launcher_cmd(self, argv: Sequence[str | os.PathLike[str]]) -> list[str]:
-        mounts = [
-            (self.hosts_file, "/etc/hosts"),
-            (self.nsswitch_file, "/etc/nsswitch.conf"),
-            (self.ssh_config, "/etc/ssh/ssh_config"),
-        ]
-        script = " && ".join(
-            f"mount --bind {shlex.quote(str(src))} {shlex.quote(dst)}" for src, dst in mounts
-        )
-        return [
-            "env", f"{testbed.ENV_TAG}={self.set_id}",
-            "unshare", "-m", "--propagation", "private",
-            "sh", "-c", script + ' && exec "$@"', "manyhosts-launcher",
-            *(os.fspath(a) for a in argv),
-        ]  # fmt: skip
-
-    def popen(self, argv: Sequence[str | os.PathLike[str]], **kw: Any) -> subprocess.Popen[Any]:
-        kw["env"] = self.env(kw.get("env"))
-        kw.setdefault("start_new_session", True)
-        p = subprocess.Popen(self.launcher_cmd(argv), **kw)
-        self._launched = [q for q in self._launched if q.poll() is None] + [p]
-        return p
-
     def down(self) -> None:
         if self._down_done:
             return
         for p in [*self._launched, *([self._sshd] if self._sshd else [])]:
             _sys.kill_group(p, grace=1.0)
         if self.set_id:
-            with _sys.global_lock():
-                _teardown(self.set_id)
+            teardown_until_gone(self.set_id, ns_names=[self.ns], links=[self.veth])
         self._down_done = True
-
-
-def _teardown(set_id: str) -> None:
-    ns, veth = f"{set_id}n", f"{set_id}v"
-    for _ in range(3):
-        pids = (_sys.netns_pids(ns) if ns in _sys.list_ns() else []) + _sys.tagged_pids(set_id)
-        if not _sys.kill_pids(pids):
-            break
-        time.sleep(0.05)
-    _sys.sh(
-        ["ip", "-force", "-batch", "-"], input=f"link del {veth}\nnetns del {ns}\n", check=False
-    )
-
-
-def _cleanup_stale_locked() -> list[str]:
-    """Remove many-hosts sets whose owner process is gone (call under the bed lock)."""
-    ids = set()
-    for name in _sys.list_ns() + _sys.list_links():
-        m = re.match(rf"^({PREFIX}([0-9a-z]+)-\d+)[nv]$", name)
-        if m and not Path(f"/proc/{int(m.group(2), 36)}").exists():
-            ids.add(m.group(1))
-    for set_id in sorted(ids):
-        _teardown(set_id)
-    return sorted(ids)
-
-
-def cleanup_stale() -> list[str]:
-    if os.geteuid() != 0:
-        return []
-    with _sys.global_lock():
-        return _cleanup_stale_locked()

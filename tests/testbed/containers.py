@@ -28,7 +28,7 @@ import subprocess
 import tarfile
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from ._sys import ENV_TAG, b36
@@ -84,22 +84,31 @@ def _lock(path: Path, blocking: bool = True) -> Iterator[bool]:
 # --- root filesystems (cached tarballs) -----------------------------------------------------
 
 
+def _cached(out: Path, make: Callable[[Path, Path], None]) -> Path:
+    """``out``, unless cached made by ``make(scratch, part)``: it writes the file ``part`` (with
+    ``scratch``, a path in an empty directory, to use as it likes), which then becomes ``out``.
+    One maker of a file at a time, across processes."""
+    with _lock(out.with_suffix(".lock")):
+        if not out.exists():
+            with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
+                part = Path(f"{out}.part")
+                make(Path(tmp) / "root", part)
+                os.replace(part, out)
+    return out
+
+
 def rootfs(suite: str) -> Path:
     """A tarball of ``debootstrap --variant=minbase SUITE`` without docs, man pages and locales."""
-    out = CACHE / "rootfs" / f"{suite}-v{ROOTFS_VERSION}.tar"
-    with _lock(out.with_suffix(".lock")):
-        if out.exists():
-            return out
-        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-            root = Path(tmp) / "root"
-            _run(["debootstrap", "--variant=minbase", suite, str(root), MIRROR], timeout=900)
-            for junk in ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale"):
-                shutil.rmtree(root / junk, ignore_errors=True)
-            shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
-            (root / "var/cache/apt/archives/partial").mkdir(parents=True)
-            _run(["tar", "--numeric-owner", "-C", str(root), "-cf", f"{out}.part", "."])
-            os.replace(f"{out}.part", out)
-    return out
+
+    def make(root: Path, part: Path) -> None:
+        _run(["debootstrap", "--variant=minbase", suite, str(root), MIRROR], timeout=900)
+        for junk in ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale"):
+            shutil.rmtree(root / junk, ignore_errors=True)
+        shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
+        (root / "var/cache/apt/archives/partial").mkdir(parents=True)
+        _run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(part), "."])
+
+    return _cached(CACHE / "rootfs" / f"{suite}-v{ROOTFS_VERSION}.tar", make)
 
 
 def all_rootfs() -> None:
@@ -114,43 +123,39 @@ def all_rootfs() -> None:
 
 def glibc_only_rootfs() -> Path:
     """A tarball of the files of bookworm's libc6 package alone: glibc and nothing else."""
-    out = CACHE / "rootfs" / f"glibc-only-v{ROOTFS_VERSION}.tar"
-    with _lock(out.with_suffix(".lock")):
-        if out.exists():
-            return out
-        with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
-            root = Path(tmp) / "root"
-            root.mkdir()
-            _run(["tar", "-C", str(root), "-xf", str(rootfs("bookworm"))])
-            lists = sorted((root / "var/lib/dpkg/info").glob("libc6[.:]*list"))
-            paths = {ln.strip() for f in lists for ln in f.read_text().splitlines() if ln.strip()}
-            with tarfile.open(f"{out}.part", "w") as tar:
-                # Merged /usr: the package lists /lib/..., which lives under usr/lib.
-                seen: set[str] = set()
-                for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
-                    if (root / top).is_symlink():
-                        seen.add(top)
-                        tar.add(root / top, arcname=top)
-                for path in sorted(paths):
-                    if path in ("/", "/."):
-                        continue
-                    parent = os.path.realpath(root / os.path.dirname(path).lstrip("/"))
-                    arc = os.path.normpath(
-                        os.path.join(os.path.relpath(parent, root), os.path.basename(path))
-                    )
-                    src = root / arc
-                    if arc in seen or not (src.exists() or src.is_symlink()):
-                        continue
-                    parts = arc.split("/")
-                    for depth in range(1, len(parts)):
-                        d = "/".join(parts[:depth])
-                        if d not in seen:
-                            seen.add(d)
-                            tar.add(root / d, arcname=d, recursive=False)
-                    seen.add(arc)
-                    tar.add(src, arcname=arc, recursive=False)
-            os.replace(f"{out}.part", out)
-    return out
+
+    def make(root: Path, part: Path) -> None:
+        root.mkdir()
+        _run(["tar", "-C", str(root), "-xf", str(rootfs("bookworm"))])
+        lists = sorted((root / "var/lib/dpkg/info").glob("libc6[.:]*list"))
+        paths = {ln.strip() for f in lists for ln in f.read_text().splitlines() if ln.strip()}
+        with tarfile.open(part, "w") as tar:
+            # Merged /usr: the package lists /lib/..., which lives under usr/lib.
+            seen: set[str] = set()
+            for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+                if (root / top).is_symlink():
+                    seen.add(top)
+                    tar.add(root / top, arcname=top)
+            for path in sorted(paths):
+                if path in ("/", "/."):
+                    continue
+                parent = os.path.realpath(root / os.path.dirname(path).lstrip("/"))
+                arc = os.path.normpath(
+                    os.path.join(os.path.relpath(parent, root), os.path.basename(path))
+                )
+                src = root / arc
+                if arc in seen or not (src.exists() or src.is_symlink()):
+                    continue
+                parts = arc.split("/")
+                for depth in range(1, len(parts)):
+                    d = "/".join(parts[:depth])
+                    if d not in seen:
+                        seen.add(d)
+                        tar.add(root / d, arcname=d, recursive=False)
+                seen.add(arc)
+                tar.add(src, arcname=arc, recursive=False)
+
+    return _cached(CACHE / "rootfs" / f"glibc-only-v{ROOTFS_VERSION}.tar", make)
 
 
 # --- the engine -------------------------------------------------------------------------------

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import _sys, containers
-from ._netns import BedError, _teardown_by_id
+from ._registry import teardown_by_id
+from ._sys import BedError
 
 BED_PREFIXES = ("mw", "mh", "md")  # TestBed, ManyHosts, scripts/demo (TestBed(prefix="md"))
 # containers.Engine's tag (never a namespace or link name)
@@ -204,4 +205,4 @@ def clean(left: Leftovers) -> None:
         with _sys.global_lock():
             for bed_id in left.beds:
                 with contextlib.suppress(BedError, OSError):
-                    _teardown_by_id(bed_id)
+                    teardown_by_id(bed_id)

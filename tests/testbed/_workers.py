@@ -1,0 +1,175 @@
+"""What runs inside a TestBed worker (mixed into TestBed): commands in its namespace (own
+hostname, the workers' hosts file), and its sshd: started (at once or later), stopped, whether
+it listens. Found by command line when the bed was made by another process (attach())."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ._launcher import user_entry
+from ._names import Mount, mount_ns_cmd
+from ._sshd import spawn, start_sshd, tail
+from ._sys import BedError, kill_group, kill_pids, netns_pids
+from ._sys import listening as port_listening
+
+if TYPE_CHECKING:
+    from ._netns import WorkerHost
+
+
+class WorkerProcesses:
+    """Mixed into TestBed, which provides these."""
+
+    hosts: list[WorkerHost]
+    user: str
+    workdir: Path
+    empty_file: Path
+    worker_hosts_file: Path
+    nsswitch_file: Path
+    _sshd: dict[int, subprocess.Popen[Any]]
+    _listeners: dict[int, subprocess.Popen[Any]]
+
+    if TYPE_CHECKING:  # the launcher context's
+
+        def env(self, env: Mapping[str, str] | None = None) -> dict[str, str]: ...
+
+    def _worker_prelude(self, i: int, *, delay: float = 0) -> list[str]:
+        """argv prefix: enter worker i's netns, its own UTS name, files-only name resolution."""
+        h = self.hosts[i]
+        mounts: list[Mount] = [
+            (self.worker_hosts_file, "/etc/hosts"),
+            (self.nsswitch_file, "/etc/nsswitch.conf"),
+        ]
+        # Workers get a clean shell, like a container image: the machine's ~/.bashrc (pyenv
+        # init here, ~0.4 s) would otherwise run on every ssh command.
+        rc = Path(user_entry(self.user).pw_dir) / ".bashrc"
+        if rc.is_file():
+            mounts.append((self.empty_file, rc))
+        return mount_ns_cmd(mounts, f"testbed-{h.short}", netns=h.ns, hostname=h.short, delay=delay)
+
+    def ns_exec_cmd(self, i: int, argv: Sequence[str | os.PathLike[str]]) -> list[str]:
+        """argv that runs ``argv`` inside worker i (its netns, UTS hostname and hosts file)."""
+        return [*self._worker_prelude(i), *(os.fspath(a) for a in argv)]
+
+    def ns_run(
+        self, i: int, argv: Sequence[str | os.PathLike[str]], *, timeout: float = 30.0, **kw: Any
+    ) -> subprocess.CompletedProcess[str]:
+        kw.setdefault("capture_output", True)
+        kw.setdefault("text", True)
+        kw.setdefault("stdin", subprocess.DEVNULL)
+        kw["env"] = self.env(kw.get("env"))
+        return subprocess.run(self.ns_exec_cmd(i, argv), timeout=timeout, **kw)
+
+    def _spawn(self, argv: list[str], log: Path | None) -> subprocess.Popen[Any]:
+        return spawn(argv, log, self.env(None))
+
+    def sshd_pid(self, i: int) -> int | None:
+        """The pid of worker i's sshd as this bed started it (None when it did not)."""
+        p = self._sshd.get(i)
+        return p.pid if p is not None and p.poll() is None else None
+
+    def sshd_running(self, i: int) -> bool:
+        """Whether sshd (or its delayed start) of worker i is alive."""
+        p = self._sshd.get(i)
+        if p is not None:
+            return p.poll() is None
+        return bool(self._sshd_pids_in_ns(i))
+
+    def _pids_in_ns(self, i: int, *words: bytes) -> list[int]:
+        """Processes in worker i's namespace whose command line contains all ``words``."""
+        out = []
+        for pid in netns_pids(self.hosts[i].ns):
+            cmd = self._cmdline(pid)
+            if cmd and all(w in cmd for w in words):
+                out.append(pid)
+        return out
+
+    def _sshd_pids_in_ns(self, i: int) -> list[int]:
+        """Listener sshd of worker i (or its pending delayed start), found by command line, for
+        attached beds. sshd retitles itself "sshd: /usr/sbin/sshd -D -f CONF ... [listener]";
+        its per-connection children carry "-R" or a title without the config path."""
+        conf = str(self.hosts[i].sshd_config).encode()
+        return [
+            pid
+            for pid in self._pids_in_ns(i, conf)
+            if b"\0-R" not in self._cmdline(pid) and b" -R" not in self._cmdline(pid)
+        ]
+
+    @staticmethod
+    def _cmdline(pid: int) -> bytes:
+        try:
+            return b"\0" + Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return b""
+
+    def start_sshd(self, i: int, *, delay: float = 0, wait: bool = True) -> None:
+        """Start sshd -D on worker i. ``delay`` > 0: return at once, sshd starts ``delay`` s later
+        (a ``sleep; exec sshd`` child). Otherwise wait until it listens (``wait``). No-op if it
+        is already running or pending."""
+        if self.sshd_running(i):
+            return
+        if i in self._listeners and self._listeners[i].poll() is None:
+            raise BedError(
+                f"{self.hosts[i].name}: silent listener holds the port; "
+                "stop_silent_listener() first"
+            )
+        h = self.hosts[i]
+        prelude = self._worker_prelude(i, delay=delay)
+        self._sshd[i] = start_sshd(prelude, h.sshd_config, h.sshd_log, self.env(None))
+        if delay <= 0 and wait:
+            self.wait_listening([i])
+
+    def stop_sshd(self, i: int, *, sessions: bool = False) -> None:
+        """Stop worker i's sshd listener (the port then refuses). Open sessions survive, as with a
+        real sshd restart, unless ``sessions``: then everything in the namespace is killed."""
+        p = self._sshd.pop(i, None)
+        if p is not None:
+            kill_group(p)
+        else:
+            kill_pids(self._sshd_pids_in_ns(i), signal.SIGTERM)
+        if sessions:
+            keep = {lp.pid for lp in self._listeners.values() if lp.poll() is None}
+            kill_pids([x for x in netns_pids(self.hosts[i].ns) if x not in keep])
+        self._wait_not_listening(i)
+
+    def listening(self, i: int) -> bool:
+        """Whether anything accepts on worker i's SSH port (read from the kernel; no traffic)."""
+        pids = [p.pid for p in (self._sshd.get(i), self._listeners.get(i)) if p is not None]
+        pids += netns_pids(self.hosts[i].ns)[:1] if not pids else []
+        for pid in pids:
+            r = port_listening(pid, self.hosts[i].port)
+            if r is not None:
+                return r
+        return False
+
+    def wait_listening(self, which: Sequence[int] | range, timeout: float = 10.0) -> None:
+        """Wait until each worker in ``which`` listens on its port; BedError on timeout."""
+        pending = set(which)
+        deadline = time.monotonic() + timeout
+        while pending:
+            for i in list(pending):
+                if self.listening(i):
+                    pending.discard(i)
+                else:
+                    p = self._sshd.get(i)
+                    if p is not None and p.poll() is not None and i not in self._listeners:
+                        raise BedError(
+                            f"sshd of {self.hosts[i].name} exited {p.returncode}: "
+                            f"{tail(self.hosts[i].sshd_log)}"
+                        )
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                names = ", ".join(self.hosts[i].name for i in sorted(pending))
+                raise BedError(f"not listening after {timeout} s: {names}")
+            time.sleep(0.01)
+
+    def _wait_not_listening(self, i: int, timeout: float = 5.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.listening(i) and time.monotonic() < deadline:
+            time.sleep(0.01)
