@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from ._namespaces import SSHD
-from ._sys import SSHD_KEY_LOGIN_ONLY, BedError, listening, openssh_version, sh
+from ._sys import SSHD_KEY_LOGIN_ONLY, BedError, listening, openssh_version, sh, spawn
 
 
 def make_key(path: Path, comment: str, key_type: str = "ed25519") -> None:
@@ -78,23 +78,6 @@ def sshd_config(
         "X11Forwarding no\n"
         f"LogLevel {log_level}\n" + extra
     )
-
-
-def spawn(argv: Sequence[str], log: Path | None, env: Mapping[str, str]) -> subprocess.Popen[Any]:
-    """Start ``argv`` in a process group of its own, output appended to ``log``."""
-    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
-    try:
-        return subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=dict(env),
-        )
-    finally:
-        if log:
-            out.close()  # type: ignore[union-attr]
 
 
 def start_sshd(

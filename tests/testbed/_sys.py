@@ -12,7 +12,7 @@ import re
 import shlex
 import signal
 import subprocess
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -242,3 +242,20 @@ SSHD_KEY_LOGIN_ONLY = (
     "PermitRootLogin prohibit-password\n"
     "StrictModes no\n"
 )
+
+
+def spawn(argv: Sequence[str], log: Path | None, env: Mapping[str, str]) -> subprocess.Popen[Any]:
+    """Start ``argv`` in a process group of its own, output appended to ``log``."""
+    out = open(log, "ab") if log else subprocess.DEVNULL  # noqa: SIM115
+    try:
+        return subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=dict(env),
+        )
+    finally:
+        if log:
+            out.close()  # type: ignore[union-attr]

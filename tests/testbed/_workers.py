@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 from ._launcher import user_entry
 from ._names import Mount, mount_ns_cmd
-from ._sshd import spawn, start_sshd, tail
-from ._sys import BedError, kill_group, kill_pids, netns_pids
+from ._sshd import start_sshd, tail
+from ._sys import BedError, kill_group, kill_pids, netns_pids, spawn
 from ._sys import listening as port_listening
 
 if TYPE_CHECKING:

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from ._sys import ENV_TAG, b36
+from ._sys import ENV_TAG, b36, spawn
 
 CACHE = Path(os.environ.get("MPIWAIT_TEST_CACHE", "/var/cache/mpiwait-tests"))
 MIRROR = os.environ.get("MPIWAIT_TEST_MIRROR", "http://deb.debian.org/debian")
@@ -236,11 +236,7 @@ class Engine:
 
     def _spawn(self, argv: list[str], log: Path) -> None:
         tag = f"{ENGINE_PREFIX}{b36(os.getpid())}-{id(self):x}"
-        with open(log, "ab") as f:
-            self._procs.append(
-                subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=f, stderr=f,
-                                 start_new_session=True, env={**os.environ, ENV_TAG: tag})
-            )  # fmt: skip
+        self._procs.append(spawn(argv, log, {**os.environ, ENV_TAG: tag}))
 
     def _wait_for(self, path: Path, what: str) -> None:
         deadline = time.monotonic() + 60
