@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ._proc import key_secret_lines
-from ._sys import SSHD_KEY_LOGIN_ONLY
+from ._sys import SSHD_KEY_LOGIN_ONLY, openssh_version
 
 SSHD = "/usr/sbin/sshd"
 SSH_KEYGEN = "ssh-keygen"
@@ -162,13 +162,16 @@ class Sshd:
         self.set_authorized(authorized)
         self.log_path = self.dir / "sshd.log"
         self.config_path = self.dir / "sshd_config"
+        # Every client of a Lab comes from one address: OpenSSH 9.8+ would penalise it for the
+        # connections a test ends early (as the namespace labs' sshd_config says too).
+        penalties = "PerSourcePenalties no\n" if openssh_version() >= (9, 8) else ""
         self.config_path.write_text(
             f"ListenAddress {address}:{port}\n"
             f"HostKey {self.host_key}\n"
             f"AuthorizedKeysFile {self.authorized_keys}\n" + SSHD_KEY_LOGIN_ONLY + "PidFile none\n"
             "UseDNS no\n"
             "MaxStartups 100\n"
-            "LogLevel VERBOSE\n" + extra_config
+            "LogLevel VERBOSE\n" + penalties + extra_config
         )
         self._proc: subprocess.Popen[bytes] | None = None
         self._timer: threading.Timer | None = None
