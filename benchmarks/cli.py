@@ -237,7 +237,10 @@ def _preflight(args: argparse.Namespace) -> str | None:
 
 def _warm(ctx: Context) -> None:
     """Fill the bytecode cache and the page cache before anything is timed."""
-    mods = "mpiwait.cli, mpiwait.run, mpiwait.probes, mpiwait.waiter, mpiwait.sshconfig"
+    mods = (
+        "mpiwait.cli, mpiwait.modes.wait, mpiwait.probe.attempt, mpiwait.wait.loop, "
+        "mpiwait.openssh.config"
+    )
     for variant in ctx.mpiwait_variants():
         for argv in (
             [PY, "-c", f"import {mods}, paramiko, tenacity, click"],

@@ -12,10 +12,10 @@ ssh_config as /etc/ssh/ssh_config), from the same interpreter, and is timed from
 
 These are short, so each is run 4x as often as ``--reps`` asks (interleaved).
 
-Then what recognising the launch adds on the launcher path (handover.py), in process: the
-import of mpiwait.handover and mpiwait.interfaces (``-X importtime``), and one ``recognise()``
+Then what recognising the launch adds on the launcher path (launch/handover.py), in process: the
+import of mpiwait.launch.handover and .interfaces (``-X importtime``), and one ``recognise()``
 plus ``plan()`` for each MPI installed here (Debian's, and scripts/install-test-mpis's). The
-worker path never imports handover.py nor recognises anything.
+worker path never imports launch/handover.py nor recognises anything.
 """
 
 from __future__ import annotations
@@ -132,12 +132,13 @@ CALLS = 50  # recognise() calls per repetition
 
 
 def _recognise_rows(ctx: Context, reps: int) -> list[dict]:
-    from mpiwait.handover import Interface, plan, recognise
+    from mpiwait.launch.handover import Interface, plan, recognise
 
     rows = []
-    # after mpiwait.run (which every start imports) and socket (which the probes import before
-    # interfaces.py is used, after the wait), so only what recognising adds is counted
-    code = "import mpiwait.run, socket, mpiwait.handover, mpiwait.interfaces"
+    # after mpiwait.modes.wait (which every start imports) and socket (which the probes import
+    # before launch/interfaces.py is used, after the wait), so only what recognising adds
+    # is counted
+    code = "import mpiwait.modes.wait, socket, mpiwait.launch.handover, mpiwait.launch.interfaces"
     imports = []
     for rep in range(max(3, reps) + 1):  # the first writes the bytecode: not counted
         cp = subprocess.run(
@@ -151,12 +152,16 @@ def _recognise_rows(ctx: Context, reps: int) -> list[dict]:
                 sum(
                     int(line.split("|")[1]) / 1e6
                     for line in cp.stderr.splitlines()
-                    if line.rstrip().endswith(("mpiwait.handover", "mpiwait.interfaces"))
+                    if line.rstrip().endswith(
+                        ("mpiwait.launch.handover", "mpiwait.launch.interfaces")
+                    )
                 )
             ]
         )
-    rows.append(_in_process_row("import mpiwait.handover + interfaces", imports))
-    ctx.log(f"  import mpiwait.handover + interfaces: {Stat.of(imports).median * 1e6:.0f} µs")
+    rows.append(_in_process_row("import mpiwait.launch.handover + interfaces", imports))
+    ctx.log(
+        f"  import mpiwait.launch.handover + interfaces: {Stat.of(imports).median * 1e6:.0f} µs"
+    )
     env = dict(os.environ)
     eth0 = Interface("eth0", "benchmark")
     for label, launcher in LAUNCHERS.items():

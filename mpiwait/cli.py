@@ -123,7 +123,7 @@ class _WordList(click.Path):
     "--identity-file",
     "identity_files",
     envvar="MPIWAIT_IDENTITY_FILE",  # not MPIWAIT_IDENTITY_FILES, the parameter's name
-    # readable=False: an unreadable key is keys.py's to report (exit 3, with a hint about the
+    # readable=False: an unreadable key is probe/keys.py's to report (exit 3, with a hint about the
     # volume's mode), not click's "Path ... is not readable" (exit 2, no hint).
     type=_WordList(path_type=Path, readable=False),
     multiple=True,
@@ -291,7 +291,7 @@ def parse(argv: list[str]) -> Settings | int:
             message = f"{message} (from {envvar})"
         if _asks_for_json(argv):
             # A program reading the JSON lines must not meet one line of plain text.
-            from mpiwait.report import Reporter
+            from mpiwait.output.report import Reporter
 
             Reporter(LogFormat.JSON).error(message, "see mpiwait --help", exit_code=ExitCode.USAGE)
         else:
@@ -368,7 +368,7 @@ def main(argv: list[str] | None = None) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
     try:
-        from mpiwait.run import run
+        from mpiwait.modes.wait import run
 
         status = run(parsed, os.environ)
     except MpiwaitError as exc:
@@ -392,7 +392,7 @@ def main(argv: list[str] | None = None) -> None:
 def _one_line_error(settings: Settings, message: str, hint: str | None, status: int) -> None:
     # Through the Reporter, so that with --log-format json an error (a bad key file, a COMMAND
     # that is not found, a malformed hostfile) is a JSON line like every other, not plain text.
-    from mpiwait.report import Reporter
+    from mpiwait.output.report import Reporter
 
     Reporter(settings.log_format).error(message, hint, exit_code=status)
 

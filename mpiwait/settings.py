@@ -37,7 +37,7 @@ DEFAULT_TIMEOUT = 600.0
 # probe slot for long.
 DEFAULT_CONNECT_TIMEOUT = 5.0
 
-# The envelope of the retry schedule (schedule.py): the first retry comes within 0.1 s, and no
+# The envelope of the retry schedule (wait/schedule.py): the first retry comes within 0.1 s, and no
 # host goes untried longer than 0.5 s (unless the probe budget is saturated), since the time
 # from "sshd accepts" to the next attempt is most of the launch gap. Within it, how often a
 # host is actually tried follows the probe budget and the floors below. Given explicitly
@@ -128,7 +128,7 @@ DISCOVER_EXEC_TIMEOUT = 10.0
 # the name is in /etc/hosts and the lookup takes microseconds.
 SELF_LOOKUP_TIMEOUT = 2.0
 
-# Name lookups outstanding at once, stuck ones included (mpiwait/resolver.py). A lookup gets the
+# Name lookups outstanding at once, stuck ones included (mpiwait/probe/lookup.py). A lookup gets the
 # connect timeout like every stage; one that a resolver keeps longer (Docker's embedded DNS took
 # ~10 s for a container not started yet) goes on in the background on its own thread. As many as
 # the default --parallel (or --parallel, when larger): a healthy resolver answers in milliseconds
@@ -138,7 +138,8 @@ MAX_PENDING_LOOKUPS = 32
 
 # --list-ready (horovodrun --host-discovery-script, run every second). A host that passed a
 # login is logged into again 10 s to this long after it passed (spread per host and
-# gathered into one call in five, readycache.py, so that hosts that came up together do not all
+# gathered into one call in five, modes/readycache.py, so that
+# hosts that came up together do not all
 # come due in the same call, and most calls need no SSH code at all); on the calls in between it
 # is listed if its name still resolves to the addresses it had when it passed. A pod that is
 # deleted, evicted or rescheduled loses its DNS record or changes address, so that check catches
@@ -186,4 +187,4 @@ class Settings:
     quiet: bool = False
     termination_log: Path | None = DEFAULT_TERMINATION_LOG
     termination_log_explicit: bool = False  # named by the user: created if it does not exist
-    launch_env: bool = True  # hand the MPI launch what the wait learned (handover.py)
+    launch_env: bool = True  # hand the MPI launch what the wait learned (launch/handover.py)

@@ -1,0 +1,1 @@
+"""After the wait: which MPI COMMAND starts, what to hand it, and the exec."""

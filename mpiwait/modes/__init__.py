@@ -1,0 +1,1 @@
+"""The modes, one entry function each: wait then exec (wait.py), --list-ready (list_ready.py)."""

@@ -1,0 +1,390 @@
+"""SSH settings for one host, resolved the way OpenSSH 9.2's ``ssh`` (and so mpirun) does.
+
+mpiwait must probe each worker with the address, port, user, keys and host-key policy that
+mpirun's ``ssh`` will use, or "ready" means nothing. The config files are read and checked by
+``sshconfig_syntax`` and evaluated per host by ``sshconfig_eval``, both following OpenSSH's
+readconf.c; this module turns the result into an ``SSHTarget``: tokens and ``~`` expanded as
+ssh expands them, defaults filled in, and what mpiwait cannot follow refused by name.
+tests/integration/test_sshconfig_differential.py holds it against the installed ``ssh -G``.
+
+No paramiko here: the worker role, --help and --version must stay light.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import socket
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from mpiwait.errors import InputError
+from mpiwait.openssh.evaluate import (
+    Evaluator,
+    Local,
+    Options,
+    Root,
+    ascii_lower,
+    connection_tokens,
+    percent_expand,
+)
+from mpiwait.openssh.syntax import parse_time
+
+DEFAULT_PORT = 22
+DEFAULT_SYSTEM_CONFIG = Path("/etc/ssh/ssh_config")
+# ssh also tries id_ecdsa_sk, id_ed25519_sk, id_xmss and id_dsa; none of them can log in to a
+# worker without hardware or a non-default server setting, so probing with them adds nothing.
+DEFAULT_IDENTITY_NAMES = ("id_rsa", "id_ecdsa", "id_ed25519")
+DEFAULT_USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
+DEFAULT_GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
+# %-tokens ssh 9.2 expands in IdentityFile and UserKnownHostsFile.
+_PATH_TOKENS = frozenset("%CdhijkLlnpru")
+# Values that mean "no file" in the known-hosts lists.
+_NO_FILE = frozenset({"none", "/dev/null"})
+# ask prompts on the terminal; mpirun's ssh has none, so an unknown key fails as with yes.
+_HOST_KEY_POLICIES = {
+    "yes": "yes",
+    "true": "yes",
+    "ask": "yes",
+    "no": "no",
+    "false": "no",
+    "off": "no",
+    "accept-new": "accept-new",
+}
+
+
+@dataclass(frozen=True)
+class SSHTarget:
+    host: str  # the name as listed
+    address: str  # HostName (%h expanded), else host; lowercased as ssh does unless an address
+    port: int
+    user: str
+    identity_files: tuple[str, ...]  # expanded paths, in the order ssh tries them
+    identities_default: bool  # True unless named by -i: missing ones are skipped, as by ssh
+    strict_host_key_checking: str  # "yes" | "no" | "accept-new" | "unset"
+    known_hosts_files: tuple[str, ...]  # user files then global files; /dev/null, none dropped
+    connect_timeout: float | None  # from ConnectTimeout, None if not set (or 0/none)
+    config_files: tuple[str, ...]  # the files that were read
+    host_key_alias: str | None = None  # HostKeyAlias, lowercased as ssh does
+    # What ssh would also offer and mpiwait does not (an agent, certificates), for a note.
+    offered_by_ssh_only: tuple[str, ...] = ()
+
+    @property
+    def known_hosts_address(self) -> tuple[str, int]:
+        """Where ssh looks the host key up: HostKeyAlias as written, else [address]:port."""
+        if self.host_key_alias:
+            return self.host_key_alias, 22  # port 22: no [..]:port form
+        return self.address, self.port
+
+
+@dataclass(frozen=True)
+class LocalUser:
+    """The local account as ssh sees it: its passwd entry, not $HOME or $USER."""
+
+    name: str
+    home: str
+    # False for a uid with no passwd entry (OpenShift's arbitrary uids without nss_wrapper):
+    # ssh itself then exits with "No user exists for uid N", so mpirun cannot work either.
+    in_passwd: bool = True
+
+    @classmethod
+    def current(cls, environ: Mapping[str, str] | None = None) -> LocalUser:
+        env = os.environ if environ is None else environ
+        uid = os.getuid()
+        try:
+            entry = pwd.getpwuid(uid)
+        except KeyError:
+            name = env.get("USER") or env.get("LOGNAME") or str(uid)
+            return cls(name=name, home=env.get("HOME") or "/", in_passwd=False)
+        return cls(name=entry.pw_name, home=entry.pw_dir or "/")
+
+
+def _config_roots(
+    config_path: Path | None, user_config: Path | None, system_config: Path, home: str
+) -> tuple[Root, ...]:
+    """The files ssh starts reading from: -F's alone, else the user's (default
+    ``~/.ssh/config``) then the system's."""
+    if config_path is None:
+        user_path = user_config if user_config is not None else Path(home, ".ssh", "config")
+        return (
+            Root(str(user_path), user_scope=True, check_perms=True, required=False),
+            Root(str(system_config), user_scope=False, check_perms=False, required=False),
+        )
+    # -F FILE: a user config (Include relative to ~/.ssh) whose permissions ssh does not
+    # check; -F none: no config at all.
+    if str(config_path) == "none":
+        return ()
+    return (Root(str(config_path), user_scope=True, check_perms=False, required=True),)
+
+
+class SSHResolver:
+    """Reads the ssh config files once; then resolves any number of hosts cheaply."""
+
+    def __init__(
+        self,
+        *,
+        config_path: Path | None = None,
+        port: int | None = None,
+        user: str | None = None,
+        identity_files: tuple[Path, ...] = (),
+        local_user: LocalUser | None = None,
+        user_config: Path | None = None,
+        system_config: Path = DEFAULT_SYSTEM_CONFIG,
+        environ: Mapping[str, str] | None = None,
+    ) -> None:
+        self._environ: Mapping[str, str] = os.environ if environ is None else environ
+        self._local = local_user if local_user is not None else LocalUser.current(self._environ)
+        self._port = port
+        self._user = user
+        home = self._local.home
+        # -i replaces the config's identity files (ssh would try -i keys first, then the
+        # config's): the probe then proves exactly the key the user named. Checked now so a
+        # bad --identity-file fails before any waiting; ~ is expanded as ssh expands -i.
+        self._identity_overrides = tuple(
+            _expand_tilde_or_fail(_checked_path(str(p), f"identity file {p}"), home, str(p))
+            for p in identity_files
+        )
+        self._default_identities = tuple(f"~/.ssh/{name}" for name in DEFAULT_IDENTITY_NAMES)
+        self._ctx = Local(
+            name=self._local.name,
+            home=home,
+            glob_home=self._environ.get("HOME") or home,
+            uid=os.getuid(),
+            host=socket.gethostname(),
+            environ=self._environ,
+        )
+        roots = _config_roots(config_path, user_config, system_config, home)
+        self._evaluator = Evaluator(roots, self._ctx, system_dir=str(system_config.parent))
+        self._config_files = tuple(self._evaluator.files_read)
+        self._cache: dict[str, SSHTarget] = {}
+        # Probe threads resolve hosts that appear late; the evaluator's file caches are shared.
+        self._lock = threading.Lock()
+
+    def config_sets_host_key_policy(self) -> bool:
+        return self._evaluator.sets_host_key_policy
+
+    def offered_by_ssh_only(self) -> tuple[str, ...]:
+        """Notes on what ssh offers besides the key files mpiwait probes with, for the hosts
+        resolved so far: an ssh-agent, certificates next to the keys. A login with the plain
+        key proves ssh's login too (ssh tries the plain key as well), so these are not refused,
+        but a worker that accepts only them is reported as refusing mpiwait's key."""
+        with self._lock:
+            targets = list(self._cache.values())
+        return tuple(dict.fromkeys(n for t in targets for n in t.offered_by_ssh_only))
+
+    def resolve(self, host: str) -> SSHTarget:
+        with self._lock:
+            target = self._cache.get(host)
+            if target is None:
+                target = self._resolve(host)
+                self._cache[host] = target
+            return target
+
+    def _resolve(self, host: str) -> SSHTarget:
+        opts, address = self._evaluator.evaluate(host, user=self._user, port=self._port)
+        _refuse_unfollowed(opts, host)
+        scalars = opts.scalars
+        port = int(scalars.get("port", DEFAULT_PORT))
+        user = scalars.get("user") or self._local.name
+        alias = scalars.get("hostkeyalias")
+        tokens = connection_tokens(
+            self._ctx,
+            host=address,
+            original=host,
+            port=port,
+            user=user,
+            host_key_alias=ascii_lower(alias) if alias else host,
+        )
+        tokens["j"] = opts.proxy_jump or ""
+
+        identities, identities_default = self._identity_files(opts, tokens, host)
+        known_hosts = self._known_hosts_files(opts, tokens, host)
+        offered = self._offered_by_ssh_only(opts, identities)
+        timeout = scalars.get("connecttimeout")
+        seconds = parse_time(timeout) if timeout not in (None, "none") else None
+        policy = scalars.get("stricthostkeychecking")
+        return SSHTarget(
+            host=host,
+            address=address,
+            port=port,
+            user=user,
+            identity_files=identities,
+            identities_default=identities_default,
+            strict_host_key_checking=_HOST_KEY_POLICIES[policy.lower()] if policy else "unset",
+            known_hosts_files=known_hosts,
+            # ConnectTimeout 0 and none both leave ssh with the kernel's connect timeout
+            # (minutes): "not set", so the caller applies its own default.
+            connect_timeout=float(seconds) if seconds else None,
+            config_files=self._config_files,
+            host_key_alias=ascii_lower(alias) if alias else None,
+            offered_by_ssh_only=offered,
+        )
+
+    def _identity_files(
+        self, opts: Options, tokens: Mapping, host: str
+    ) -> tuple[tuple[str, ...], bool]:
+        """The key files ssh will try, expanded, and whether missing ones are skipped (ssh's
+        defaults and the config's) rather than an error (named with -i)."""
+        if self._identity_overrides:
+            raw_identities: Iterable[tuple[str, str]] = (
+                (path, "--identity-file") for path in self._identity_overrides
+            )
+            identities_default = False
+        elif opts.identity_files:
+            raw_identities = (
+                (path, line.where)
+                for (path, _), line in zip(opts.identity_files, opts.identity_lines, strict=True)
+            )
+            # ssh passes over a config IdentityFile that does not exist, as over its defaults;
+            # only a key named on our command line must exist.
+            identities_default = True
+        else:
+            raw_identities = ((path, "default") for path in self._default_identities)
+            identities_default = True
+        identities = _unique(
+            self._expand_path(value, tokens, host, f"{where}: IdentityFile")
+            for value, where in raw_identities
+            if value.lower() != "none"  # "IdentityFile none": no key files at all
+        )
+        return identities, identities_default
+
+    def _known_hosts_files(self, opts: Options, tokens: Mapping, host: str) -> tuple[str, ...]:
+        """The user's known_hosts files (expanded) then the global ones, "none" left out."""
+        user_files = opts.user_known_hosts or list(DEFAULT_USER_KNOWN_HOSTS)
+        # ssh expands neither ~ nor %-tokens in GlobalKnownHostsFile.
+        global_files = opts.global_known_hosts or list(DEFAULT_GLOBAL_KNOWN_HOSTS)
+        known_where = opts.where["userknownhostsfile"].where if opts.user_known_hosts else ""
+        return _unique(
+            [
+                *(
+                    self._expand_path(f, tokens, host, f"{known_where}: UserKnownHostsFile")
+                    for f in user_files
+                    if f.lower() not in _NO_FILE
+                ),
+                *(f for f in global_files if f.lower() not in _NO_FILE),
+            ]
+        )
+
+    def _offered_by_ssh_only(self, opts: Options, identities: tuple[str, ...]) -> tuple[str, ...]:
+        notes: list[str] = []
+        agent = opts.scalars.get("identityagent")
+        if agent is not None and agent.lower() != "none":
+            notes.append(
+                f"{opts.where['identityagent'].where}: IdentityAgent: ssh also offers the "
+                "agent's keys; mpiwait probes with key files only"
+            )
+        elif agent is None and self._environ.get("SSH_AUTH_SOCK"):
+            notes.append(
+                "SSH_AUTH_SOCK is set: ssh also offers the agent's keys; mpiwait probes with "
+                "key files only"
+            )
+        for path in identities:
+            for cert in (f"{path}-cert.pub", f"{path}-cert"):
+                if os.path.exists(cert):
+                    notes.append(
+                        f"{cert}: ssh also offers this certificate; mpiwait logs in with the "
+                        "plain key only"
+                    )
+                    break
+        return tuple(notes)
+
+    def _expand_path(self, value: str, tokens: Mapping, host: str, what: str) -> str:
+        # As ssh: ~ first (from passwd), then ${VAR} and %-tokens; a failure makes ssh exit.
+        try:
+            return percent_expand(
+                _dollar_expand(_expand_tilde(value, self._local.home), self._environ), tokens
+            )
+        except ValueError as e:
+            raise InputError(f"{what.lstrip(': ')} {value!r} for {host}: {e}") from e
+
+
+def _refuse_unfollowed(opts: Options, host: str) -> None:
+    """What ssh would do and mpiwait cannot: refused by name, never silently ignored."""
+    for keyword, value in (("proxyjump", opts.proxy_jump), ("proxycommand", opts.proxy_command)):
+        if value is not None and value.lower() != "none":
+            line = opts.where[keyword]
+            raise InputError(
+                f"{line.where}: {line.keyword} applies to {host}: mpiwait cannot probe "
+                "through a proxy, so it cannot prove that mpirun's ssh will get in",
+                hint="wait for the hosts another way (e.g. --check tcp from a host on the "
+                "workers' network), or limit the proxy to other hosts with a Host block",
+            )
+    for line in opts.certificate_files:
+        raise InputError(
+            f"{line.where}: CertificateFile applies to {host}: mpiwait logs in with plain "
+            "keys and cannot prove a certificate login",
+            hint="limit CertificateFile to other hosts, or use plain keys for the workers",
+        )
+    for keyword in ("pkcs11provider", "smartcarddevice"):
+        line = opts.where.get(keyword)
+        if line is not None and opts.scalars[keyword].lower() != "none":
+            raise InputError(
+                f"{line.where}: {keyword} applies to {host}: mpiwait cannot use keys held by a "
+                "PKCS#11 token"
+            )
+
+
+def _join_home(home: str, rest: str) -> str:
+    return home.rstrip("/") + rest if rest else home
+
+
+def _expand_tilde(path: str, home: str) -> str:
+    """~ and ~user/ as ssh's tilde_expand_filename: from passwd, never from $HOME."""
+    if not path.startswith("~"):
+        return path
+    slash = path.find("/")
+    name, rest = (path[1:], "") if slash == -1 else (path[1:slash], path[slash:])
+    if name:
+        try:
+            home = pwd.getpwnam(name).pw_dir
+        except KeyError:
+            raise ValueError(f"no such user {name!r}") from None
+    return _join_home(home, rest)
+
+
+def _expand_tilde_or_fail(path: str, home: str, where: str) -> str:
+    try:
+        return _expand_tilde(path, home)
+    except ValueError as e:
+        raise InputError(f"{where}: {path}: {e}") from e
+
+
+def _checked_path(value: str, what: str) -> str:
+    """Reject at load time what would make ssh exit when it expands the path."""
+    try:
+        without_vars = _dollar_expand(value, None)
+    except ValueError as e:
+        raise InputError(f"{what} {value!r}: {e}") from e
+    try:
+        percent_expand(without_vars, dict.fromkeys(_PATH_TOKENS, ""))
+    except ValueError as e:
+        raise InputError(f"{what}: {e}") from e
+    return value
+
+
+def _dollar_expand(value: str, environ: Mapping[str, str] | None) -> str:
+    """${VAR} as ssh expands it; with environ None, only check the syntax."""
+    out: list[str] = []
+    i = 0
+    while True:
+        start = value.find("${", i)
+        if start == -1:
+            out.append(value[i:])
+            return "".join(out)
+        end = value.find("}", start + 2)
+        if end == -1:
+            raise ValueError("'${' without a closing '}'")
+        name = value[start + 2 : end]
+        out.append(value[i:start])
+        if environ is not None:
+            if name not in environ:
+                raise ValueError(f"environment variable {name} is not set")
+            out.append(environ[name])
+        i = end + 1
+
+
+def _unique(values: Iterable[str]) -> tuple[str, ...]:
+    # ssh ignores a repeated identity file; order is the order it tries them.
+    return tuple(dict.fromkeys(values))

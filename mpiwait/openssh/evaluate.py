@@ -1,0 +1,555 @@
+"""Evaluating ssh_config for one destination, in the order OpenSSH 9.2's ssh does.
+
+The rules that matter here (readconf.c, ssh.c):
+
+- files are read top to bottom; the first value of an option wins; ``Host`` and ``Match`` open
+  a block whose lines apply only when it matches, judged with the values known *at that line*;
+- ``Host`` patterns compare case-sensitively with the name as given (on the final pass, with
+  the lowercased HostName); ``Match host``/``originalhost`` compare case-insensitively;
+- an ``Include`` is read even inside a block that does not apply ("parse only"), and cannot
+  change the block state of the file that includes it;
+- if any ``Match final`` was seen, or CanonicalizeHostname is on, every file is read a second
+  time ("final pass") with the lowercased HostName as the host; values set by the first pass
+  stay, ``Match final``/``canonical`` are true;
+- an unknown keyword is an error unless ``IgnoreUnknown`` (as set so far) covers it.
+"""
+
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import re
+import socket
+import subprocess
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from mpiwait.errors import InputError
+from mpiwait.openssh.syntax import (
+    KEYWORDS,
+    Line,
+    parse_port,
+    parse_time,
+    read_lines,
+)
+
+MAX_INCLUDE_DEPTH = 16  # READCONF_MAX_DEPTH
+
+# Options whose first value this module keeps (one argument each).
+_SCALARS = frozenset(
+    {
+        "hostname",
+        "user",
+        "port",
+        "stricthostkeychecking",
+        "connecttimeout",
+        "hostkeyalias",
+        "ignoreunknown",
+        "canonicalizehostname",
+        "identityagent",
+        "pkcs11provider",
+        "smartcarddevice",
+    }
+)
+# ssh's names for Match criteria in 9.2 (localnetwork and tagged came later).
+_MATCH_BARE = frozenset({"all", "canonical", "final"})
+_MATCH_WITH_ARG = frozenset({"host", "originalhost", "user", "localuser", "exec"})
+# %-tokens of Match exec in 9.2 (no %j there).
+_EXEC_TOKENS = frozenset("%CdhiklLnpru")
+
+
+@dataclass
+class Options:
+    """What the passes collected: first values, with the line that set each one."""
+
+    scalars: dict[str, str] = field(default_factory=dict)
+    where: dict[str, Line] = field(default_factory=dict)
+    # (path as written, from a user config file) in the order ssh adds them, and their lines
+    identity_files: list[tuple[str, bool]] = field(default_factory=list)
+    identity_lines: list[Line] = field(default_factory=list)
+    certificate_files: list[Line] = field(default_factory=list)
+    user_known_hosts: list[str] | None = None
+    global_known_hosts: list[str] | None = None
+    proxy_command: str | None = None
+    proxy_jump: str | None = None
+
+
+@dataclass(frozen=True)
+class Root:
+    """A top-level file and how ssh reads it."""
+
+    path: str
+    user_scope: bool  # Include relative to ~/.ssh, ~ allowed, IdentityFile "user provided"
+    check_perms: bool
+    required: bool
+
+
+@dataclass(frozen=True)
+class Local:
+    """What Match and tokens need to know about this side of the connection."""
+
+    name: str
+    home: str  # from passwd, for ~ in paths and %d
+    glob_home: str  # $HOME as glob(3) GLOB_TILDE uses it, for ~ in Include
+    uid: int
+    host: str
+    environ: Mapping[str, str]
+
+
+@dataclass
+class _Pass:
+    host: str  # what Host patterns and "Match host" see
+    original: str  # the name as given
+    final: bool
+    want_final: bool = False
+
+
+class Evaluator:
+    """Reads files once (lazily, cached); evaluates any number of destinations."""
+
+    def __init__(self, roots: tuple[Root, ...], local: Local, system_dir: str) -> None:
+        self._roots = roots
+        self._local = local
+        self._system_dir = system_dir
+        self._files: dict[tuple[str, bool], tuple[Line, ...] | None] = {}
+        self._globs: dict[str, tuple[str, ...]] = {}
+        self.files_read: list[str] = []
+        self.sets_host_key_policy = False
+        # Read everything once now, as ssh would for any host: a bad line anywhere fails here.
+        self._run_pass(_Pass(host="\0", original="\0", final=False), Options(), dry=True)
+        self._refuse_unknown_keywords()
+
+    def evaluate(self, host_arg: str, *, user: str | None, port: int | None) -> tuple[Options, str]:
+        """The options for ``host_arg`` and the (lowercased) host name ssh connects to."""
+        opts = Options()
+        # ssh applies -l and -p before reading its config: Match user and %r see them.
+        if user is not None:
+            opts.scalars["user"] = user
+        if port is not None:
+            opts.scalars["port"] = str(port)
+        first = _Pass(host=host_arg, original=host_arg, final=False)
+        self._run_pass(first, opts)
+        host = host_arg
+        if "hostname" in opts.scalars:
+            host = expand_hostname(opts.scalars["hostname"], host_arg, opts.where["hostname"])
+        was_addr = _is_addr(host)
+        if not was_addr:
+            host = ascii_lower(host)
+        # Canonicalization itself needs DNS, which the workers may not have yet; ssh falls
+        # back to the name as given when it fails. Addresses it rewrites in numeric form
+        # (10.0.0.05 -> 10.0.0.5) without DNS, as here. It still asks for the final pass.
+        canon = ascii_lower(opts.scalars.get("canonicalizehostname", "no"))
+        if was_addr or canon not in ("no", "false"):
+            host = _numeric_address(host) or host
+        if first.want_final or canon not in ("no", "false"):
+            opts.scalars["hostname"] = host
+            self._run_pass(_Pass(host=host, original=host_arg, final=True), opts)
+        return opts, host
+
+    def _refuse_unknown_keywords(self) -> None:
+        # Without any IgnoreUnknown, an unknown keyword fails ssh for every host: say so now.
+        lines = [line for f in self._files.values() if f for line in f]
+        if any(line.keyword == "ignoreunknown" for line in lines):
+            return  # judged per host, with the IgnoreUnknown that applies there
+        for line in lines:
+            if line.keyword not in KEYWORDS:
+                self._option(line, Options(), False, False, check=True)
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def _lines(self, path: str, *, check_perms: bool) -> tuple[Line, ...] | None:
+        key = (path, check_perms)
+        if key not in self._files:
+            lines = read_lines(path, check_perms=check_perms)
+            self._files[key] = lines
+            if lines is not None and path not in self.files_read:
+                self.files_read.append(path)
+                if any(line.keyword == "stricthostkeychecking" for line in lines):
+                    self.sets_host_key_policy = True
+        return self._files[key]
+
+    def _glob(self, pattern: str) -> tuple[str, ...]:
+        found = self._globs.get(pattern)
+        if found is None:
+            # glob(3) sorts; a pattern that matches nothing is skipped.
+            found = tuple(sorted(glob.glob(pattern)))
+            self._globs[pattern] = found
+        return found
+
+    # -- the passes ----------------------------------------------------------------------------
+
+    def _run_pass(self, p: _Pass, opts: Options, *, dry: bool = False) -> None:
+        for root in self._roots:
+            lines = self._lines(root.path, check_perms=root.check_perms)
+            if lines is None:
+                if root.required:
+                    raise InputError(f"cannot read ssh config {root.path}")
+                continue
+            active = [True]
+            self._run_file(lines, root.user_scope, p, opts, active, depth=0, never=dry)
+
+    def _run_file(
+        self,
+        lines: tuple[Line, ...],
+        user_scope: bool,
+        p: _Pass,
+        opts: Options,
+        active: list[bool],
+        *,
+        depth: int,
+        never: bool,
+    ) -> None:
+        for line in lines:
+            kw = line.keyword
+            if kw == "host":
+                active[0] = False if never else _host_matches(p.host, line.args)
+            elif kw == "match":
+                matched = self._match(line, p, opts, execute=not never)
+                active[0] = False if never else matched
+            elif kw == "include":
+                self._include(line, user_scope, p, opts, active, depth=depth, never=never)
+            else:
+                self._option(line, opts, active[0] and not never, user_scope, check=p.host != "\0")
+
+    def _include(
+        self,
+        line: Line,
+        user_scope: bool,
+        p: _Pass,
+        opts: Options,
+        active: list[bool],
+        *,
+        depth: int,
+        never: bool,
+    ) -> None:
+        for arg in line.args:
+            if arg.startswith("~") and not user_scope:
+                raise InputError(f"{line.where}: bad include path {arg}")
+            if not os.path.isabs(arg) and not arg.startswith("~"):
+                arg = ("~/.ssh/" if user_scope else self._system_dir + "/") + arg
+            pattern = _glob_tilde(arg, self._local.glob_home)
+            was_active = active[0]
+            for path in self._glob(pattern):
+                if depth + 1 > MAX_INCLUDE_DEPTH:
+                    raise InputError(
+                        f"{line.where}: Include nested more than {MAX_INCLUDE_DEPTH} deep "
+                        "(ssh: Too many recursive configuration includes)"
+                    )
+                lines = self._lines(path, check_perms=True)
+                if lines is None:
+                    if not os.path.exists(path):
+                        continue  # a dangling link: ssh skips it (ENOENT)
+                    raise InputError(f"{line.where}: cannot read included file {path}")
+                self._run_file(
+                    lines,
+                    user_scope,
+                    p,
+                    opts,
+                    active,
+                    depth=depth + 1,
+                    never=never or not was_active,
+                )
+                # An included file cannot change the includer's block state.
+                active[0] = was_active
+
+    def _option(
+        self, line: Line, opts: Options, active: bool, user_scope: bool, *, check: bool
+    ) -> None:
+        kw = line.keyword
+        if kw not in KEYWORDS:
+            if not check:
+                return  # the load-time read: IgnoreUnknown depends on the host
+            ignored = opts.scalars.get("ignoreunknown")
+            if ignored is None or match_pattern_list(kw, ignored, lower=True) != 1:
+                raise InputError(
+                    f"{line.where}: Bad configuration option: {line.spelled} (ssh refuses an "
+                    "unknown keyword unless IgnoreUnknown names it)"
+                )
+            return
+        if not active:
+            return
+        if kw in _SCALARS:
+            if kw not in opts.scalars:
+                value = line.args[0]
+                if kw == "port":
+                    value = str(parse_port(value))  # a service name becomes its number
+                opts.scalars[kw] = value
+                opts.where[kw] = line
+        elif kw in ("identityfile", "identityfile2"):
+            entry = (line.args[0], user_scope)
+            # add_identity_file: a path already added from the same kind of file is dropped.
+            if entry not in opts.identity_files:
+                opts.identity_files.append(entry)
+                opts.identity_lines.append(line)
+        elif kw == "certificatefile":
+            opts.certificate_files.append(line)
+        elif kw == "userknownhostsfile":
+            if opts.user_known_hosts is None:
+                opts.user_known_hosts = list(line.args)
+                opts.where[kw] = line
+        elif kw == "globalknownhostsfile":
+            if opts.global_known_hosts is None:
+                opts.global_known_hosts = list(line.args)
+        elif kw == "proxyjump":
+            if opts.proxy_jump is None:
+                opts.proxy_jump = line.rest.lstrip(" \t=")
+                opts.where[kw] = line
+        # ssh ignores ProxyCommand once ProxyJump is set.
+        elif kw == "proxycommand" and opts.proxy_command is None and opts.proxy_jump is None:
+            opts.proxy_command = line.rest.lstrip(" \t=")
+            opts.where[kw] = line
+
+    # -- Match ---------------------------------------------------------------------------------
+
+    def _match(self, line: Line, p: _Pass, opts: Options, *, execute: bool) -> bool:
+        """match_cfg_line: criteria ANDed, judged with the values set so far."""
+        host = _match_host(p, opts)
+        args = list(line.args)
+        result = True
+        attributes = 0
+        while args:
+            attrib = args.pop(0)
+            negate = attrib.startswith("!")
+            name = ascii_lower(attrib[1:] if negate else attrib)
+            if name == "all":
+                if attributes > 1 or args:
+                    raise InputError(
+                        f"{line.where}: '{attrib}' cannot be combined with other Match attributes"
+                    )
+                return (not negate) and result
+            attributes += 1
+            if name in ("canonical", "final"):
+                p.want_final = p.want_final or name == "final"
+                if p.final == negate:
+                    result = False
+                continue
+            if name not in _MATCH_WITH_ARG:
+                raise InputError(f"{line.where}: Unsupported Match attribute {attrib}")
+            if not args or args[0] == "":
+                raise InputError(f"{line.where}: Match {attrib} needs an argument")
+            arg = args.pop(0)
+            if name == "exec":
+                command = self._exec_command(arg, line, p, opts, host)
+                if not result or not execute:
+                    continue  # ssh skips the command once an earlier criterion failed
+                matched = run_match_exec(command, self._local.environ, line)
+            else:
+                matched = self._criterion(name, arg, p, opts, host)
+            if matched == negate:
+                result = False
+        if attributes == 0:
+            raise InputError(f"{line.where}: One or more attributes required for Match")
+        return result
+
+    def _criterion(self, name: str, arg: str, p: _Pass, opts: Options, host: str) -> bool:
+        if name == "host":
+            return match_pattern_list(ascii_lower(host), arg, lower=True) == 1
+        if name == "originalhost":
+            return match_pattern_list(ascii_lower(p.original), arg, lower=True) == 1
+        if name == "user":
+            user = opts.scalars.get("user") or self._local.name
+            return match_pattern_list(user, arg, lower=False) == 1
+        return match_pattern_list(self._local.name, arg, lower=False) == 1  # localuser
+
+    def _exec_command(self, arg: str, line: Line, p: _Pass, opts: Options, host: str) -> str:
+        # Expanded even when it will not run: an unknown token makes ssh exit either way.
+        scalars = opts.scalars
+        tokens = connection_tokens(
+            self._local,
+            host=host,
+            original=p.original,
+            port=int(scalars["port"]) if "port" in scalars else 22,
+            user=scalars.get("user") or self._local.name,
+            host_key_alias=scalars.get("hostkeyalias") or host,
+        )
+        try:
+            return percent_expand(arg, tokens, allowed=_EXEC_TOKENS)
+        except ValueError as e:
+            raise InputError(f"{line.where}: Match exec {arg!r}: {e}") from e
+
+
+def _match_host(p: _Pass, opts: Options) -> str:
+    """The host name a Match sees: HostName so far (with %h), else the name as given."""
+    if p.final:
+        return opts.scalars.get("hostname", p.host)
+    if "hostname" in opts.scalars:
+        return expand_hostname(opts.scalars["hostname"], p.original, opts.where["hostname"])
+    return p.original
+
+
+def expand_hostname(value: str, host: str, line: Line) -> str:
+    try:
+        return percent_expand(value, {"%": "%", "h": host})
+    except ValueError as e:
+        raise InputError(f"{line.where}: HostName {value!r}: {e}") from e
+
+
+def connection_tokens(
+    local: Local, *, host: str, original: str, port: int, user: str, host_key_alias: str
+) -> dict[str, str | Callable[[], str]]:
+    """ssh's %-tokens for one connection (DEFAULT_CLIENT_PERCENT_EXPAND_ARGS)."""
+    this_host = local.host
+    return {
+        "%": "%",
+        # SHA-1 of %l%h%p%r; computed only when a value uses it.
+        "C": lambda: hashlib.sha1(f"{this_host}{host}{port}{user}".encode()).hexdigest(),
+        "L": this_host.split(".", 1)[0],
+        "d": local.home,
+        "h": host,
+        "i": str(local.uid),
+        "k": host_key_alias,
+        "l": this_host,
+        "n": original,
+        "p": str(port),
+        "r": user,
+        "u": local.name,
+    }
+
+
+def percent_expand(
+    value: str, tokens: Mapping[str, str | Callable[[], str]], allowed: frozenset[str] | None = None
+) -> str:
+    if "%" not in value:
+        return value
+    out: list[str] = []
+    i, n = 0, len(value)
+    while i < n:
+        c = value[i]
+        if c != "%":
+            out.append(c)
+            i += 1
+            continue
+        if i + 1 >= n:
+            raise ValueError("'%' at the end")
+        key = value[i + 1]
+        if key not in tokens or (allowed is not None and key not in allowed):
+            raise ValueError(f"unknown token %{key}")
+        replacement = tokens[key]
+        out.append(replacement if isinstance(replacement, str) else replacement())
+        i += 2
+    return "".join(out)
+
+
+def run_match_exec(command: str, environ: Mapping[str, str], line: Line) -> bool:
+    # As ssh: $SHELL (or /bin/sh) -c, stdin and stdout on /dev/null, stderr left alone; a
+    # shell that cannot run makes ssh exit, so it is an error here too.
+    shell = environ.get("SHELL") or "/bin/sh"
+    if not os.access(shell, os.X_OK):
+        raise InputError(f'{line.where}: Match exec: shell "{shell}" is not executable')
+    try:
+        result = subprocess.run(
+            [shell, "-c", command],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            env=dict(environ),
+            check=False,
+        )
+    except OSError as e:
+        raise InputError(f"{line.where}: match exec {command!r} error ({e})") from e
+    return result.returncode == 0
+
+
+# -- patterns (match.c) ----------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1024)
+def _pattern_re(pattern: str) -> re.Pattern[str]:
+    # OpenSSH patterns know only * and ?; everything else is literal.
+    return re.compile(
+        "".join(".*" if c == "*" else "." if c == "?" else re.escape(c) for c in pattern),
+        re.DOTALL,
+    )
+
+
+def match_pattern(string: str, pattern: str) -> bool:
+    return _pattern_re(pattern).fullmatch(string) is not None
+
+
+def match_pattern_list(string: str, patterns: str, *, lower: bool) -> int:
+    """1 for a match, 0 for none, -1 for a negated match (match_pattern_list)."""
+    got_positive = 0
+    for sub in patterns.split(","):
+        negated = sub.startswith("!")
+        if negated:
+            sub = sub[1:]
+        if lower:
+            sub = ascii_lower(sub)
+        if match_pattern(string, sub):
+            if negated:
+                return -1
+            got_positive = 1
+    return got_positive
+
+
+def _host_matches(host: str, args: tuple[str, ...]) -> bool:
+    matched = False
+    for arg in args:
+        negated = arg.startswith("!")
+        if match_pattern(host, arg[1:] if negated else arg):
+            if negated:
+                return False
+            matched = True
+    return matched
+
+
+def _glob_tilde(pattern: str, home: str) -> str:
+    # glob(3) with GLOB_TILDE: "~" is $HOME (not passwd), "~user" is that user's home.
+    if not pattern.startswith("~"):
+        return pattern
+    slash = pattern.find("/")
+    name, rest = (pattern[1:], "") if slash == -1 else (pattern[1:slash], pattern[slash:])
+    if not name:
+        return home.rstrip("/") + rest if rest else home
+    expanded = os.path.expanduser("~" + name)
+    return expanded + rest if not expanded.startswith("~") else pattern
+
+
+_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def ascii_lower(s: str) -> str:
+    """C's tolower() in the C locale ssh runs in: ASCII letters only."""
+    return s.translate(_ASCII_LOWER)
+
+
+def _numeric_address(name: str) -> str | None:
+    """ssh.c's resolve_addr: the numeric form of a literal address, None for a name."""
+    try:
+        infos = socket.getaddrinfo(
+            name, 22, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
+        )
+    except (OSError, UnicodeError):
+        return None
+    if len(infos) != 1:
+        return None
+    try:
+        address, _ = socket.getnameinfo(infos[0][4], socket.NI_NUMERICHOST)
+    except OSError:
+        return None
+    return address
+
+
+def _is_addr(name: str) -> bool:
+    """ssh.c's is_addr: a name that can only be an address is not lowercased."""
+    if "%" in name or ":" in name or not name.strip("0123456789."):
+        return True
+    try:
+        socket.inet_aton(name)  # what getaddrinfo(AI_NUMERICHOST) takes: 0x7f.1, 127.1, ...
+        return True
+    except OSError:
+        return False
+
+
+__all__ = [
+    "Evaluator",
+    "Local",
+    "Options",
+    "Root",
+    "connection_tokens",
+    "match_pattern_list",
+    "parse_port",
+    "parse_time",
+    "percent_expand",
+]

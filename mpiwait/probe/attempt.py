@@ -1,0 +1,387 @@
+"""One attempt at one host: resolve its name, connect to its SSH port, log in.
+
+An attempt returns an Outcome value (ready / not yet, and why / never, and why); it never
+decides about retries or other hosts. The stages run in order in a single attempt and stop at
+the first that does not pass, so an unready host costs a name lookup or a refused connect (an
+address whose port refused is reused for a few seconds rather than looked up again), and a host
+is logged into once, when its port first answers. paramiko stays inside this module
+(and probe/keys.py) and is imported on first use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import socket
+import sys
+import threading
+import time
+from dataclasses import dataclass
+
+from mpiwait.errors import InputError, PermanentError
+from mpiwait.openssh.config import SSHResolver, SSHTarget
+from mpiwait.probe.keys import HostKeyPolicy, IdentityCache
+from mpiwait.probe.lookup import LookupTimeout, Resolver, ResolverBusy, lookup_pool
+from mpiwait.probe.outcome import Outcome, Stage, Status
+from mpiwait.settings import (
+    DEFAULT_CONNECT_TIMEOUT,
+    REFUSED_ADDRESS_REUSE,
+    Check,
+    Settings,
+)
+
+# paramiko imports invoke only for its own ssh_config `Match exec`, which mpiwait never uses
+# (openssh/evaluate.py runs Match exec itself); left out, paramiko's import takes ~55 ms instead of
+# ~100 ms (benchmarks/, scenario 3). This module is imported only on the paths that log in, before
+# paramiko is, so the flag is set exactly where paramiko is used. None: `import invoke` raises.
+sys.modules.setdefault("invoke", None)
+
+READY = Outcome(Status.READY, Stage.READY, "ready")
+
+# paramiko logs every failed handshake (a silent or closing port, a socket we closed under its
+# reader thread) at ERROR, with a traceback. Without a handler of ours those records reach
+# logging's last-resort handler and land on stderr, among our own lines (and in the middle of
+# --log-format json). Each failure comes back to us as an exception or an inactive transport
+# and is reported once, as an Outcome; paramiko's own account of it is not wanted.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+
+def _retry(stage: Stage, reason: str, detail: str) -> Outcome:
+    return Outcome(Status.RETRY, stage, reason, detail)
+
+
+@dataclass(frozen=True)
+class ProbeConfig:
+    check: Check
+    connect_timeout: float | None  # None: the ssh config's ConnectTimeout, else the default
+    remote_command: str | None = None
+
+
+class Prober:
+    """Runs attempts; safe to call from many threads at once."""
+
+    def __init__(
+        self,
+        config: ProbeConfig,
+        resolver: SSHResolver,
+        *,
+        identities: IdentityCache | None = None,
+        host_keys: HostKeyPolicy | None = None,
+        lookups: Resolver | None = None,
+    ) -> None:
+        self._config = config
+        self._resolver = resolver
+        self._identities = identities or IdentityCache()
+        self._host_keys = host_keys or HostKeyPolicy()
+        self._lookups = lookups or lookup_pool(1)
+        self._targets: dict[str, SSHTarget] = {}
+        # host -> (when looked up, getaddrinfo's answer), kept while its SSH port refuses
+        self._refused: dict[str, tuple[float, list]] = {}
+        # host -> this machine's address of its last accepted connect: the launch learns from
+        # it the interface that routes to the workers (launch/handover.py)
+        self._local: dict[str, str] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def resolver(self) -> SSHResolver:
+        """How each host's ssh settings are found (the start notes read it too)."""
+        return self._resolver
+
+    def target(self, host: str) -> SSHTarget:
+        with self._lock:
+            target = self._targets.get(host)
+        if target is None:
+            target = self._resolver.resolve(host)
+            with self._lock:
+                self._targets[host] = target
+        return target
+
+    def local_addresses(self) -> dict[str, str]:
+        """host -> the local address its SSH port accepted a connect from."""
+        with self._lock:
+            return dict(self._local)
+
+    def timeout_for(self, target: SSHTarget) -> float:
+        if self._config.connect_timeout is not None:
+            return self._config.connect_timeout
+        return target.connect_timeout or DEFAULT_CONNECT_TIMEOUT
+
+    def preflight(self, hosts: tuple[str, ...]) -> None:
+        """Fail now, not after minutes of waiting, on settings and key files that cannot work.
+
+        Every host's ssh settings are resolved here, whatever the check: a config that ssh
+        would refuse for a host (InputError, exit 2) must stop mpiwait before it waits.
+        """
+        targets = [self.target(host) for host in hosts]
+        if self._config.check is not Check.SSH:
+            return
+        for target in targets:
+            self._identities.get(target.identity_files, defaults=target.identities_default)
+
+    def attempt(self, host: str) -> Outcome:
+        try:
+            target = self.target(host)
+        except InputError as exc:
+            # A host that appeared after start-up (discover_hosts.sh) for which ssh would
+            # refuse its config: no waiting fixes that.
+            return Outcome(Status.FATAL, Stage.DNS, "ssh-config", exc.message, exc.hint)
+        timeout = self.timeout_for(target)
+        with self._lock:
+            kept = self._refused.pop(host, None)
+        if kept is not None and time.monotonic() - kept[0] < REFUSED_ADDRESS_REUSE:
+            looked_up, infos = kept
+        else:
+            looked_up = time.monotonic()
+            try:
+                infos = self._lookups.resolve(target.address, target.port, timeout)
+            except (LookupTimeout, ResolverBusy, socket.gaierror, UnicodeError) as exc:
+                return _lookup_failed(exc, target.address, timeout)
+        if self._config.check is Check.DNS:
+            return READY
+        sock, failure = _connect(infos, timeout)
+        if sock is None:
+            assert failure is not None
+            if failure.reason == "refused":
+                # The address answered: the pod is there, its sshd is not listening yet.
+                with self._lock:
+                    self._refused[host] = (looked_up, infos)
+            return failure
+        with contextlib.suppress(OSError), self._lock:
+            self._local[host] = sock.getsockname()[0]
+        try:
+            if self._config.check is Check.TCP:
+                return READY
+            return self._login(sock, target, timeout)
+        finally:
+            sock.close()
+
+    def _login(self, sock: socket.socket, target: SSHTarget, timeout: float) -> Outcome:
+        import paramiko
+
+        try:
+            identities = self._identities.get(
+                target.identity_files, defaults=target.identities_default
+            )
+        except PermanentError as exc:
+            return Outcome(Status.FATAL, Stage.SSH, "identity", exc.message, exc.hint)
+        transport = paramiko.Transport(sock)
+        # paramiko's own defaults (15 s banner, 30 s auth) would let one silent host hold a
+        # probe slot far longer than the per-stage timeout promised to the user.
+        transport.banner_timeout = timeout
+        transport.handshake_timeout = timeout
+        transport.auth_timeout = timeout
+        try:
+            failed = (
+                self._handshake(transport, target, timeout)
+                or self._check_host_key(transport, target)
+                or self._authenticate(transport, target, identities)
+            )
+            if failed is not None:
+                return failed
+            if self._config.remote_command:
+                return self._run_remote(transport, self._config.remote_command, timeout)
+            return READY
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            return _retry(Stage.SSH, "handshake", f"SSH session failed: {_oserror(exc)}")
+        finally:
+            transport.close()
+
+    def _handshake(self, transport, target: SSHTarget, timeout: float) -> Outcome | None:
+        """Banner and key exchange, asking first for the host key types known_hosts lists;
+        None when the session is set up."""
+        import paramiko
+
+        if target.strict_host_key_checking != "no":
+            try:
+                kh_address, kh_port = target.known_hosts_address
+                known = self._host_keys.known_types(
+                    address=kh_address, port=kh_port, files=target.known_hosts_files
+                )
+            except PermanentError as exc:
+                return Outcome(Status.FATAL, Stage.SSH, "host-key", exc.message, exc.hint)
+            _prefer_host_key_types(transport, known)
+        try:
+            transport.start_client(timeout=timeout)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            return _before_banner(transport, exc, timeout) or _retry(
+                Stage.SSH, "handshake", f"SSH handshake failed: {_oserror(exc)}"
+            )
+        if not transport.initial_kex_done:
+            # start_client returns silently, without an exception, when its own timeout
+            # passes first: tell a port that never sent a banner from a stalled key exchange.
+            if not transport.remote_version:
+                return _retry(Stage.SSH, "no-banner", f"no SSH banner within {timeout:g}s")
+            return _retry(Stage.SSH, "handshake", f"no SSH key exchange within {timeout:g}s")
+        return None
+
+    def _check_host_key(self, transport, target: SSHTarget) -> Outcome | None:
+        """StrictHostKeyChecking against the key the server showed; None when it passes."""
+        try:
+            kh_address, kh_port = target.known_hosts_address
+            self._host_keys.check(
+                host=target.host,
+                address=kh_address,
+                port=kh_port,
+                key=transport.get_remote_server_key(),
+                strict=target.strict_host_key_checking,
+                files=target.known_hosts_files,
+            )
+        except PermanentError as exc:
+            return Outcome(Status.FATAL, Stage.SSH, "host-key", exc.message, exc.hint)
+        return None
+
+    def _authenticate(self, transport, target: SSHTarget, identities) -> Outcome | None:
+        import paramiko
+
+        for identity in identities:
+            try:
+                transport.auth_publickey(target.user, identity.key)
+            except paramiko.BadAuthenticationType as exc:
+                return Outcome(
+                    Status.FATAL,
+                    Stage.SSH,
+                    "auth-method",
+                    f"{target.user}@{target.host} does not accept public keys "
+                    f"(allowed: {', '.join(exc.allowed_types) or 'none'})",
+                    "enable PubkeyAuthentication in the worker's sshd_config",
+                )
+            except paramiko.AuthenticationException:
+                continue
+            if transport.is_authenticated():
+                return None
+        tried = ", ".join(identity.label for identity in identities)
+        return Outcome(
+            Status.FATAL,
+            Stage.SSH,
+            "auth-rejected",
+            f"Permission denied (publickey) for {target.user}@{target.host} "
+            f"port {target.port}; keys tried: {tried}",
+            "the worker's authorized_keys must hold the public half of this key for this user "
+            "(mpi-operator: the job's ssh-auth secret, mounted on launcher and workers alike)",
+        )
+
+    def _run_remote(self, transport, command: str, timeout: float) -> Outcome:
+        channel = transport.open_session(timeout=timeout)
+        try:
+            # Sent as given: the remote user's shell interprets it, exactly as with ssh host CMD.
+            channel.exec_command(command)
+            if not channel.status_event.wait(timeout):
+                return _retry(
+                    Stage.SSH, "remote-command", f"{command!r} did not finish within {timeout:g}s"
+                )
+            status = channel.recv_exit_status()
+        finally:
+            channel.close()
+        if status != 0:
+            return _retry(Stage.SSH, "remote-command", f"{command!r} exited with status {status}")
+        return READY
+
+
+def _before_banner(transport, exc: BaseException, timeout: float) -> Outcome | None:
+    """The outcome when ``start_client`` failed before the server's SSH banner arrived, else
+    None (the failure came later, in the key exchange).
+
+    paramiko raises a plain SSHException ("Error reading SSH protocol banner...") whether the
+    server closed the connection or stayed silent; no subclass or attribute says which. What
+    does: ``remote_version`` stays empty until a banner has been read, and the SSHException is
+    raised while handling the socket's own error, which ``__context__`` keeps (EOFError or a
+    reset for a close, a timeout for silence). A reset that hits the sending of our own banner
+    comes as the OSError itself. tests/integration/test_probes_paramiko.py pins this against the
+    installed paramiko.
+    """
+    if transport.remote_version:
+        return None
+    cause = exc if isinstance(exc, (EOFError, OSError)) else exc.__context__
+    if isinstance(cause, (EOFError, ConnectionError)):
+        # sshd closes at once when it is past MaxStartups (after a line "Exceeded MaxStartups").
+        return _retry(
+            Stage.SSH,
+            "closed",
+            "connection closed before the SSH banner; is sshd at its MaxStartups limit?",
+        )
+    if isinstance(cause, TimeoutError):  # socket.timeout is TimeoutError
+        return _retry(Stage.SSH, "no-banner", f"no SSH banner within {timeout:g}s")
+    return None
+
+
+def _prefer_host_key_types(transport, known: tuple[str, ...]) -> None:
+    """Ask first for the host key types known_hosts lists, as ssh does (order_hostkeyalgs).
+
+    Without it paramiko asks for its own favourite (ed25519) and gets a key known_hosts does not
+    list, although it lists another of the server's keys: a refusal ("not in known_hosts")
+    under StrictHostKeyChecking yes where ssh logs in, and a listed key never compared otherwise.
+    """
+    if not known:
+        return
+    options = transport.get_security_options()
+    offered = list(options.key_types)
+    # rsa-sha2-256/512 are signatures made with an ssh-rsa key.
+    first = [a for a in offered if ("ssh-rsa" if a.startswith("rsa-sha2-") else a) in known]
+    if first:
+        options.key_types = first + [a for a in offered if a not in first]
+
+
+def _lookup_failed(exc: Exception, address: str, timeout: float) -> Outcome:
+    """The outcome of a name lookup that raised ``exc``."""
+    if isinstance(exc, LookupTimeout):
+        return _retry(Stage.DNS, "timeout", f"no answer from the resolver in {timeout:g}s")
+    if isinstance(exc, ResolverBusy):
+        return _retry(
+            Stage.DNS, "resolver-busy", "every resolver thread holds an unanswered lookup"
+        )
+    if isinstance(exc, socket.gaierror):
+        return _retry(Stage.DNS, "unresolved", f"{address}: {exc.strerror or exc}")
+    return _retry(Stage.DNS, "unresolved", f"{address}: not a valid name")  # UnicodeError
+
+
+def _connect(infos: list, timeout: float) -> tuple[socket.socket | None, Outcome | None]:
+    """Connect to the first address that accepts, as ssh does; a failure names the last error."""
+    failure: Outcome | None = None
+    for family, kind, proto, _, address in infos:
+        sock = socket.socket(family, kind, proto)
+        try:
+            # paramiko does not set it; without it each SSH round trip waits on Nagle's
+            # algorithm and a login takes ~64 ms instead of ~19 ms here.
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            sock.settimeout(timeout)
+            sock.connect(address)
+        except ConnectionRefusedError:
+            failure = _retry(Stage.TCP, "refused", f"{address[0]} port {address[1]}: refused")
+        except TimeoutError:
+            failure = _retry(
+                Stage.TCP, "timeout", f"{address[0]} port {address[1]}: no answer in {timeout:g}s"
+            )
+        except OSError as exc:
+            reason = (
+                "unreachable"
+                if exc.errno in (errno.EHOSTUNREACH, errno.ENETUNREACH)
+                else "connect-error"
+            )
+            failure = _retry(Stage.TCP, reason, f"{address[0]} port {address[1]}: {_oserror(exc)}")
+        else:
+            return sock, None
+        sock.close()
+    return None, failure or _retry(Stage.DNS, "unresolved", "no address")
+
+
+def _oserror(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror.lower()
+    return str(exc) or type(exc).__name__
+
+
+def prober_for(settings: Settings, lookups: Resolver) -> Prober:
+    """The prober for these settings: ssh settings resolved as OpenSSH would, then our
+    overrides (-p, -l, -i, -F), and the stages up to --check."""
+    resolver = SSHResolver(
+        config_path=settings.ssh_config,
+        port=settings.port,
+        user=settings.user,
+        identity_files=settings.identity_files,
+    )
+    return Prober(
+        ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command),
+        resolver,
+        lookups=lookups,
+    )

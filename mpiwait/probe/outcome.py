@@ -1,0 +1,33 @@
+"""What one attempt at one host found, as a value the waiter decides on (retry, or give up)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class Stage(str, enum.Enum):
+    """How far a host has got. Each check stage includes the ones before it."""
+
+    PENDING = "pending"  # listed, not probed yet
+    DNS = "dns"  # its name does not resolve yet
+    TCP = "tcp"  # resolves, but the SSH port does not accept
+    SSH = "ssh"  # accepts TCP, but no banner / host key / login yet
+    READY = "ready"
+
+
+class Status(str, enum.Enum):
+    READY = "ready"  # passed every stage asked for
+    RETRY = "retry"  # not yet: time may fix it
+    FATAL = "fatal"  # answered, but in a way time will not fix (key rejected, host key mismatch)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The result of one attempt at one host."""
+
+    status: Status
+    stage: Stage  # READY when status is READY, otherwise the stage that did not pass
+    reason: str  # short and stable ("refused", "timeout", ...): a change of it is worth a log line
+    detail: str = ""  # for people: what exactly went wrong
+    hint: str | None = None  # what to do about a FATAL outcome

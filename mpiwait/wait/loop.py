@@ -1,0 +1,352 @@
+"""The waiting loop: which host to probe when, until all are ready or the deadline passes.
+
+It knows nothing about what a probe does (it gets Outcome values back) nor how events are
+shown (it hands them to ``emit``). Time and concurrency come in through a Runner, so the whole
+loop runs in unit tests against a fake clock, hundreds of rounds in milliseconds.
+
+Per host: a delay from the moment an attempt ends, chosen by a Schedule (wait/schedule.py) that
+shares the probe budget among the hosts still missing. Across hosts: at most ``parallel``
+attempts in flight and at most ``probe_rate`` started per second (a token bucket), so a thousand
+unready workers do not turn into a flood of DNS queries.
+
+A host that has passed is not probed again while others are missing; but before the wait ends
+with every host ready, the hosts that passed longer than ``recheck_after`` ago are checked once
+more (all at once, within the same limits and deadline), and one that fails goes back to
+waiting: a worker restarted while the last one was still pulling its image would otherwise
+fail the launch.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from mpiwait.errors import Interrupted
+from mpiwait.probe.outcome import Outcome, Stage, Status
+from mpiwait.settings import (
+    BACKOFF_DOUBLING,
+    BACKOFF_GRACE,
+    RETRY_FLOOR_DNS,
+    RETRY_FLOOR_SSH,
+    RETRY_FLOOR_TCP,
+)
+from mpiwait.wait.events import (
+    End,
+    Event,
+    HostChanged,
+    HostLost,
+    HostReady,
+    HostsAdded,
+    HostState,
+    Rechecking,
+    StillWaiting,
+    WaitResult,
+)
+from mpiwait.wait.schedule import RetryPolicy, Schedule
+
+# Refilled tokens add up in floating point; 0.9999999 must count as a whole token, or the loop
+# would ask to wake again after a fraction of a nanosecond, forever.
+_EPSILON = 1e-6
+
+
+class Runner(Protocol):
+    """Where attempts run, and the clock they run against."""
+
+    def now(self) -> float: ...
+
+    def start(self, host: str) -> None:
+        """Begin one attempt at ``host``; its outcome comes back through ``results``."""
+
+    def results(self, timeout: float) -> list[tuple[str, Outcome]]:
+        """Outcomes finished so far, waiting up to ``timeout`` seconds for the first."""
+
+
+@dataclass(frozen=True)
+class WaitPolicy:
+    timeout: float  # 0: no deadline
+    retry_initial: float
+    retry_max: float
+    parallel: int
+    probe_rate: float  # attempts started per second, all hosts together; 0: no limit
+    reread_interval: float
+    permanent_after: int
+    status_interval: float = math.inf  # how often to emit StillWaiting while hosts are not ready
+    recheck_after: float = math.inf  # re-check, before the end, hosts that passed this long ago
+    floor_dns: float = RETRY_FLOOR_DNS
+    floor_tcp: float = RETRY_FLOOR_TCP
+    floor_ssh: float = RETRY_FLOOR_SSH
+    backoff_grace: float = BACKOFF_GRACE
+    backoff_doubling: float = BACKOFF_DOUBLING
+    follow_budget: bool = True  # False: plain full-jitter backoff under the envelope
+
+    def retry(self) -> RetryPolicy:
+        return RetryPolicy(
+            initial=self.retry_initial,
+            maximum=self.retry_max,
+            probe_rate=self.probe_rate,
+            floor_dns=self.floor_dns,
+            floor_tcp=self.floor_tcp,
+            floor_ssh=self.floor_ssh,
+            grace=self.backoff_grace,
+            doubling=self.backoff_doubling,
+            follow_budget=self.follow_budget,
+        )
+
+
+@dataclass
+class _Track:
+    host: str
+    stage: Stage = Stage.PENDING
+    reason: str = ""
+    detail: str = ""
+    attempts: int = 0
+    fatal_streak: int = 0
+    in_flight: bool = False
+    hint: str | None = None
+    since: float = 0.0  # when its current stretch of not being ready began
+    passed_at: float = -math.inf  # when an attempt last passed
+    rechecking: bool = False
+
+    def state(self) -> HostState:
+        return HostState(self.host, self.stage, self.reason, self.detail, self.attempts)
+
+
+@dataclass
+class _Loop:
+    policy: WaitPolicy
+    runner: Runner
+    emit: Callable[[Event], None]
+    schedule: Schedule
+    started: float
+    tracks: dict[str, _Track] = field(default_factory=dict)
+    due: list[tuple[float, int, str]] = field(default_factory=list)  # heap of idle hosts
+    seq: int = 0
+    ready: int = 0
+    in_flight: int = 0
+    # a re-check round ends the wait when nobody failed it; a host lost in it waits again, and
+    # its return starts a new round (else a short bound would re-check the re-checked forever)
+    round_clean: bool | None = None  # None: no round yet
+
+    def add(self, hosts: tuple[str, ...], at: float) -> tuple[str, ...]:
+        new = tuple(h for h in hosts if h not in self.tracks)
+        for host in new:
+            self.tracks[host] = _Track(host, since=at)
+            self._schedule(host, at)
+        return new
+
+    def reread(
+        self, read_hosts: Callable[[], tuple[tuple[str, ...], tuple[str, ...]]], now: float
+    ) -> None:
+        """Read the host sources again; hosts not listed before are waited for from ``now``."""
+        hosts, sources = read_hosts()
+        new = self.add(hosts, now)
+        if new:
+            self.emit(HostsAdded(new, len(self.tracks), sources))
+
+    def start_due(self, now: float, tokens: float) -> float:
+        """Start the attempts due by ``now``, within the probe slots and the ``tokens`` of the
+        rate limit (unused when there is none); returns the tokens left."""
+        unlimited = self.policy.probe_rate <= 0
+        parallel = self.policy.parallel
+        due = self.due
+        while (
+            due
+            and due[0][0] <= now
+            and self.in_flight < parallel
+            and (unlimited or tokens >= 1 - _EPSILON)
+        ):
+            _, _, host = heapq.heappop(due)
+            self.tracks[host].in_flight = True
+            self.in_flight += 1
+            tokens -= 1
+            self.runner.start(host)
+        return tokens
+
+    def _schedule(self, host: str, at: float) -> None:
+        self.seq += 1
+        heapq.heappush(self.due, (at, self.seq, host))
+
+    def result(self, end: End, failed: _Track | None = None, signal: str | None = None):
+        return WaitResult(
+            end=end,
+            hosts=tuple(t.state() for t in self.tracks.values()),
+            elapsed=self.runner.now() - self.started,
+            failed=failed.state() if failed else None,
+            hint=failed.hint if failed else None,
+            signal_name=signal,
+        )
+
+    def record(self, host: str, outcome: Outcome, now: float) -> _Track | None:
+        """Apply one outcome; returns the track when it ends the wait for good."""
+        track = self.tracks[host]
+        track.in_flight = False
+        self.in_flight -= 1
+        track.attempts += 1
+        rechecked, track.rechecking = track.rechecking, False
+        changed = (outcome.stage, outcome.reason) != (track.stage, track.reason)
+        track.stage, track.reason, track.detail = outcome.stage, outcome.reason, outcome.detail
+        if outcome.status is Status.READY:
+            track.passed_at = now
+            self.ready += 1
+            if not rechecked:  # a re-check that passes changes nothing worth a line
+                self.emit(HostReady(host, self.ready, len(self.tracks), now - self.started))
+            return None
+        if rechecked:
+            self.round_clean = False
+            track.since = now
+            self.emit(HostLost(track.state(), now - self.started))
+            changed = False
+        if outcome.status is Status.FATAL:
+            track.fatal_streak += 1
+            track.hint = outcome.hint
+            if track.fatal_streak >= self.policy.permanent_after:
+                return track
+        else:
+            track.fatal_streak = 0
+        if changed:
+            self.emit(HostChanged(track.state(), now - self.started))
+        wait = self.schedule.delay(
+            stage=outcome.stage,
+            status=outcome.status,
+            attempts=track.attempts,
+            away=now - track.since,
+            missing=len(self.tracks) - self.ready,
+        )
+        self._schedule(host, now + wait)
+        return None
+
+    def recheck(self, now: float) -> bool:
+        """Every host ready: send back the stale ones for another check; False if none."""
+        if self.round_clean:
+            return False
+        horizon = now - self.policy.recheck_after
+        stale = [t for t in self.tracks.values() if t.passed_at < horizon]
+        if not stale:
+            return False
+        self.emit(
+            Rechecking(tuple(t.host for t in stale), self.policy.recheck_after, now - self.started)
+        )
+        self.round_clean = True
+        for track in stale:
+            track.rechecking = True
+            track.stage, track.reason, track.detail = Stage.PENDING, "re-checking", ""
+            self.ready -= 1
+            self._schedule(track.host, now)
+        return True
+
+
+def wait_for_hosts(
+    *,
+    first: tuple[str, ...],
+    read_hosts: Callable[[], tuple[tuple[str, ...], tuple[str, ...]]],
+    runner: Runner,
+    policy: WaitPolicy,
+    emit: Callable[[Event], None],
+    rng: random.Random | None = None,
+) -> WaitResult:
+    """Wait until every listed host is ready, the deadline passes, or a host fails for good.
+
+    ``first`` are the hosts known at the start; ``read_hosts`` re-reads the sources and returns
+    (hosts, source descriptions); hosts once listed stay waited for, since a worker that
+    disappears from discover_hosts.sh is restarting, not leaving the job. ``rng`` is the
+    source of the retry jitter (tests pass a seeded one).
+    """
+    start = runner.now()
+    loop = _Loop(policy, runner, emit, Schedule(policy.retry(), rng), start)
+    loop.add(first, start)
+    deadline = start + policy.timeout if policy.timeout > 0 else math.inf
+    next_reread = start + policy.reread_interval
+    next_status = start + policy.status_interval
+    rate = policy.probe_rate
+    capacity = float(max(1, policy.parallel))
+    tokens, refilled = capacity, start
+    try:
+        while True:
+            now = runner.now()
+            if now >= next_reread:
+                loop.reread(read_hosts, now)
+                next_reread = now + policy.reread_interval
+            if loop.tracks and loop.ready == len(loop.tracks) and not loop.recheck(now):
+                return loop.result(End.READY)
+            if now >= deadline:
+                return loop.result(End.TIMEOUT)
+            if now >= next_status:
+                emit(StillWaiting(tuple(t.state() for t in loop.tracks.values()), now - start))
+                next_status = now + policy.status_interval
+            if rate > 0:
+                tokens = min(capacity, tokens + (now - refilled) * rate)
+                refilled = now
+            tokens = loop.start_due(now, tokens)
+            wake = min(deadline, next_reread, next_status)
+            if loop.due and loop.in_flight < policy.parallel:
+                next_due = loop.due[0][0]
+                if rate > 0 and tokens < 1 - _EPSILON:
+                    next_due = max(next_due, now + (1 - tokens) / rate)
+                wake = min(wake, next_due)
+            for host, outcome in runner.results(max(0.0, wake - now)):
+                failed = loop.record(host, outcome, runner.now())
+                if failed is not None:
+                    return loop.result(End.PERMANENT, failed)
+    except Interrupted as signal:
+        return loop.result(End.INTERRUPTED, signal=signal.name)
+
+
+class ThreadRunner:
+    """Attempts on a fixed pool of daemon threads (daemon: a stuck connect never delays exit).
+
+    Threads are started only as attempts need them, so four hosts cost four threads, not 64.
+    """
+
+    def __init__(self, attempt: Callable[[str], Outcome], workers: int) -> None:
+        self._attempt = attempt
+        self._workers = max(1, workers)
+        self._threads: list[threading.Thread] = []
+        self._jobs: queue.SimpleQueue[str] = queue.SimpleQueue()
+        self._done: queue.SimpleQueue[tuple[str, Outcome]] = queue.SimpleQueue()
+        self._idle = 0
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def start(self, host: str) -> None:
+        with self._lock:
+            spawn = self._idle == 0 and len(self._threads) < self._workers
+            if not spawn:
+                self._idle -= 1
+        if spawn:
+            thread = threading.Thread(target=self._work, name="mpiwait-probe", daemon=True)
+            self._threads.append(thread)
+            thread.start()
+        self._jobs.put(host)
+
+    def _work(self) -> None:
+        while True:
+            host = self._jobs.get()
+            try:
+                outcome = self._attempt(host)
+            except Exception as exc:  # a probe bug or a library surprise must not kill the wait
+                outcome = Outcome(
+                    Status.RETRY, Stage.SSH, "unexpected", f"{type(exc).__name__}: {exc}"
+                )
+            with self._lock:
+                self._idle += 1
+            self._done.put((host, outcome))
+
+    def results(self, timeout: float) -> list[tuple[str, Outcome]]:
+        try:
+            out = [self._done.get(timeout=timeout) if timeout > 0 else self._done.get_nowait()]
+        except queue.Empty:
+            return []
+        while True:
+            try:
+                out.append(self._done.get_nowait())
+            except queue.Empty:
+                return out

@@ -1,0 +1,449 @@
+"""The deploy path built and run for real in a container engine (tests/testbed/containers.py).
+
+A dockerd of the tests' own builds the shipped Dockerfile and examples unchanged from Debian base
+images made by debootstrap (no registry), then runs them on a docker network of the test's own
+against real sshd workers:
+
+- the image as a launcher's initContainer: uid 0, 1000 and an arbitrary uid with no passwd entry,
+  read-only root filesystem, a real SSH login to every worker;
+- /opt/mpiwait copied as the README shows into Debian 11, 12, 13, a glibc-only image and scratch,
+  each logging in for real; what mpiwait execs runs on the image's own libc and environment;
+- the ENTRYPOINT pattern: examples/kubernetes/entrypoint.Dockerfile on a stand-in for
+  mpi-operator's mpi-pi:mpich (MPICH, mpiuser, sshd on 2222, /etc/ssh/ssh_config), workers and
+  launcher from that one image told apart by K_MPI_JOB_ROLE, one worker started late;
+- the Compose example with the README's command, under compose v2 and Debian 12's compose 1.29.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from testbed import containers, leaks
+
+REPO = Path(__file__).resolve().parents[2]
+MPIWAIT_IMAGE = "ghcr.io/mpiwait/mpiwait:0.1.0"
+PI_IMAGE = "ghcr.io/mpiwait/pi-mpich-mpiwait:0.1.0"  # examples/kubernetes/entrypoint.Dockerfile
+OPERATOR_PI = "mpioperator/mpi-pi:mpich"  # its base, stood in for by the tests
+IMAGE_LIMIT = 100 * 1024 * 1024
+BUNDLE_LIMIT = 60 * 1024 * 1024
+
+_PROBLEM = containers.missing_requirements()
+pytestmark = [
+    pytest.mark.container,
+    pytest.mark.skipif(_PROBLEM is not None, reason=f"container engine unavailable: {_PROBLEM}"),
+]
+
+# mpi-operator's mpi-pi:mpich as far as mpiwait and mpirun can tell: Debian, MPICH, OpenSSH with
+# the operator's base-image edits (client and server on port 2222, no host key checks), mpiuser
+# (uid 1000) with the non-root sshd config the operator's images carry. /home/mpiuser/pi prints
+# where it ran instead of computing pi (no compiler here).
+OPERATOR_PI_DOCKERFILE = r"""
+FROM debian:bullseye-slim
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        openssh-server openssh-client mpich \
+    && rm -rf /var/lib/apt/lists/* \
+    && mkdir -p /var/run/sshd \
+    && sed -i "s/[ #]\(.*StrictHostKeyChecking \).*/ \1no/g" /etc/ssh/ssh_config \
+    && echo "    UserKnownHostsFile /dev/null" >> /etc/ssh/ssh_config \
+    && sed -i "s/[ #]\(.*Port \).*/ \12222/g" /etc/ssh/ssh_config \
+    && sed -i "s/#\(StrictModes \).*/\1no/g" /etc/ssh/sshd_config \
+    && sed -i "s/#\(Port \).*/\12222/g" /etc/ssh/sshd_config \
+    && useradd -m -u 1000 -s /bin/bash mpiuser && usermod -p '*' mpiuser \
+    && printf 'PidFile %s/sshd.pid\nHostKey %s/.ssh/id_rsa\nStrictModes no\nPort 2222\n' \
+        /home/mpiuser /home/mpiuser > /home/mpiuser/.sshd_config \
+    && printf '#!/bin/sh\necho "pi on $(hostname)"\n' > /home/mpiuser/pi \
+    && chmod 0755 /home/mpiuser/pi && chown -R mpiuser:mpiuser /home/mpiuser
+WORKDIR /home/mpiuser
+"""
+
+# The README's way of putting mpiwait into an image (Deploy, "As the ENTRYPOINT").
+COPY_IN_DOCKERFILE = """
+FROM ghcr.io/mpiwait/mpiwait:0.1.0 AS mpiwait
+FROM {base}
+COPY --from=mpiwait /opt/mpiwait /opt/mpiwait
+ENTRYPOINT ["/opt/mpiwait/bin/mpiwait"]
+"""
+
+WORKER_ARGS = ["/usr/sbin/sshd", "-De", "-f", "/home/mpiuser/.sshd_config"]  # entrypoint.yaml
+
+
+# --------------------------------------------------------------------------------------------
+# Fixtures: one engine and its images per session; a network with workers per test
+
+
+@pytest.fixture(scope="session")
+def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[containers.Engine]:
+    containers.all_rootfs()
+    e = containers.Engine(tmp_path_factory.mktemp("mpiwait-docker"))
+    e.start()
+    try:
+        yield e
+    finally:
+        e.stop()
+
+
+@pytest.fixture(scope="session")
+def mpiwait_image(engine: containers.Engine) -> str:
+    engine.debian_base("bookworm")
+    engine.build(REPO, MPIWAIT_IMAGE)
+    return MPIWAIT_IMAGE
+
+
+@pytest.fixture(scope="session")
+def pi_image(engine: containers.Engine, mpiwait_image: str, tmp_path_factory) -> str:
+    """examples/kubernetes/entrypoint.Dockerfile, built unchanged on the stand-in base."""
+    engine.debian_base("bullseye")
+    ctx = tmp_path_factory.mktemp("operator-pi")
+    (ctx / "Dockerfile").write_text(OPERATOR_PI_DOCKERFILE)
+    engine.build(ctx, OPERATOR_PI)
+    k8s = REPO / "examples/kubernetes"
+    engine.build(k8s, PI_IMAGE, "-f", str(k8s / "entrypoint.Dockerfile"))
+    return PI_IMAGE
+
+
+class Job:
+    """A docker network with the job's key (mpi-operator's layout) and worker containers."""
+
+    def __init__(self, engine: containers.Engine, image: str, workdir: Path) -> None:
+        self.engine, self.image, self.workdir = engine, image, workdir
+        self.network = f"mwd{os.getpid()}{int(time.monotonic() * 1000) % 100000}"
+        self.containers: list[str] = []
+        self.keys = self.key_dir(1000)
+        engine.docker("network", "create", self.network)
+
+    def key_dir(self, uid: int) -> Path:
+        """The ssh-auth Secret as sshAuthMountPath shows it, readable by ``uid`` only."""
+        d = self.workdir / f"ssh-auth-{uid}"
+        if not d.exists():
+            d.mkdir()
+            key = d / "id_rsa"  # the operator's name for its (ECDSA) key
+            first = self.workdir / "ssh-auth-1000/id_rsa"
+            if first.exists():
+                shutil.copyfile(first, key)
+                shutil.copyfile(f"{first}.pub", f"{key}.pub")
+            else:
+                subprocess.run(
+                    ["ssh-keygen", "-q", "-t", "ecdsa", "-b", "521", "-N", "", "-C", "job",
+                     "-f", str(key)], check=True, capture_output=True,
+                )  # fmt: skip
+            shutil.copyfile(f"{key}.pub", d / "authorized_keys")
+            for p in (d, *d.iterdir()):
+                os.chown(p, uid, uid)
+                p.chmod(0o700 if p.is_dir() else 0o600)
+        return d
+
+    def hostfile(self, names: list[str], fmt: str = "{}:1") -> Path:
+        path = self.workdir / "hostfile"
+        path.write_text("".join(fmt.format(n) + "\n" for n in names))
+        path.chmod(0o644)
+        return path
+
+    def worker(self, name: str) -> str:
+        """A worker pod: the image's ENTRYPOINT with K_MPI_JOB_ROLE=worker and sshd as args."""
+        self.run_detached(
+            name, "--user", "1000", "-e", "K_MPI_JOB_ROLE=worker",
+            "-v", f"{self.keys}:/home/mpiuser/.ssh:ro", self.image, *WORKER_ARGS,
+        )  # fmt: skip
+        return name
+
+    def run_detached(self, name: str, *args: str) -> None:
+        self.engine.docker(
+            "run", "-d", "--name", name, "--hostname", name, "--network", self.network, *args
+        )
+        self.containers.append(name)
+
+    def run(self, *args: str, timeout: float = 180) -> subprocess.CompletedProcess[str]:
+        return self.engine.docker(
+            "run", "--rm", "--network", self.network, *args, check=False, timeout=timeout
+        )
+
+    def close(self) -> None:
+        if self.containers:
+            self.engine.docker("rm", "-f", *self.containers, check=False)
+        self.engine.docker("network", "rm", self.network, check=False)
+
+
+@pytest.fixture
+def job(engine: containers.Engine, pi_image: str, tmp_path: Path) -> Iterator[Job]:
+    j = Job(engine, pi_image, tmp_path)
+    try:
+        yield j
+    finally:
+        j.close()
+
+
+@pytest.fixture
+def workers(job: Job) -> list[str]:
+    return [job.worker("w1"), job.worker("w2")]
+
+
+def _ok(p: subprocess.CompletedProcess[str]) -> str:
+    out = p.stdout + p.stderr
+    assert p.returncode == 0, f"exit {p.returncode}:\n{out[-3000:]}"
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# The engine itself
+
+
+def test_engine_leaves_nothing_behind(engine, tmp_path):
+    """A second engine (fresh data root) with a network and a running container, stopped:
+    no process, mount, bridge, veth or iptables rule of it remains."""
+
+    def links() -> set[str]:
+        out = subprocess.run(["ip", "-o", "link"], capture_output=True, text=True).stdout
+        return {ln.split(":")[1].strip().split("@")[0] for ln in out.splitlines()}
+
+    def rules() -> str:
+        return subprocess.run(["iptables-save"], capture_output=True, text=True).stdout
+
+    before = links()
+    base = leaks.baseline([tmp_path])
+    e = containers.Engine(tmp_path / "e", data_root=tmp_path / "data")
+    e.start()
+    try:
+        e.import_tar(containers.rootfs("bookworm"), "mpiwait-tests/leak")
+        net = e.docker("network", "create", "mwdleak").stdout.strip()
+        e.docker("run", "-d", "--network", "mwdleak", "mpiwait-tests/leak", "sleep", "600")
+        ours = {n for n in links() - before if n == f"br-{net[:12]}" or n.startswith("veth")}
+        assert f"br-{net[:12]}" in ours and len(ours) >= 2, ours
+        # the session-end check would name all of it: the container, dockerd, containerd,
+        # the container's process, its namespace mount
+        left = leaks.find(base)
+        assert any("(mpiwait-tests/leak)" in c for c in left.containers), left
+        cmds = [cmd for _, cmd in left.pids]
+        for what in ("dockerd ", "containerd ", "sleep 600"):
+            assert any(cmd.startswith(what) for cmd in cmds), (what, left)
+        assert any("/netns/" in m for m in left.mounts), left
+    finally:
+        pids = e.pids()
+        e.stop()
+    # (the session's own engine, the fixture's, still runs: only this one's things count)
+    this = (str(tmp_path), "sleep 600", "(mpiwait-tests/leak)")
+    assert [x for x in leaks.find(base).describe() if any(s in x for s in this)] == []
+    assert all(not Path(f"/proc/{pid}").exists() for pid in pids)
+    assert str(tmp_path) not in Path("/proc/self/mounts").read_text()
+    assert not ours & links()
+    assert "DOCKER" not in rules() and f"br-{net[:12]}" not in rules()
+
+
+# --------------------------------------------------------------------------------------------
+# The image
+
+
+def test_image_and_bundle_sizes(engine, mpiwait_image):
+    size = engine.image_size(mpiwait_image)
+    assert size <= IMAGE_LIMIT, f"image is {size / 2**20:.1f} MiB"
+    # The bundle measured where a user puts it: copied into a Debian image.
+    engine.debian_base("bookworm")
+    ctx = engine.workdir / "measure"
+    ctx.mkdir(exist_ok=True)
+    (ctx / "Dockerfile").write_text(COPY_IN_DOCKERFILE.format(base="debian:bookworm-slim"))
+    engine.build(ctx, "mpiwait-tests/measure")
+    out = engine.docker(
+        "run", "--rm", "--entrypoint", "du", "mpiwait-tests/measure", "-sb", "/opt/mpiwait"
+    ).stdout
+    bundle = int(out.split()[0])
+    assert bundle <= BUNDLE_LIMIT, f"/opt/mpiwait is {bundle / 2**20:.1f} MiB"
+    print(f"image {size / 2**20:.1f} MiB, /opt/mpiwait {bundle / 2**20:.1f} MiB")
+
+
+@pytest.mark.parametrize("uid", [0, 1000, 54321], ids=["root", "uid1000", "arbitrary-uid"])
+def test_image_as_init_container_logs_in_to_every_worker(job, workers, mpiwait_image, uid):
+    """As initcontainer.yaml runs it: mpiwait's own image, read-only, options for port/user/key."""
+    keys = job.key_dir(uid)
+    hostfile = job.hostfile(workers)
+    p = job.run(
+        "--user", str(uid), "--read-only",
+        "-v", f"{hostfile}:/etc/mpi/hostfile:ro", "-v", f"{keys}:/ssh-auth:ro",
+        mpiwait_image,
+        "--timeout=120", "--port=2222", "--user=mpiuser", "--identity-file=/ssh-auth/id_rsa",
+    )  # fmt: skip
+    out = _ok(p)
+    assert "all 2 hosts ready" in out
+
+
+def test_image_refuses_a_wrong_key(job, workers, mpiwait_image, tmp_path):
+    """The login is real: a key the workers do not know fails as permanent (exit 3)."""
+    other = tmp_path / "other"
+    other.mkdir()
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(other / "id")], check=True
+    )
+    os.chown(other / "id", 1000, 1000)
+    p = job.run(
+        "--read-only", "-v", f"{job.hostfile(workers)}:/etc/mpi/hostfile:ro",
+        "-v", f"{other}:/k:ro", mpiwait_image,
+        "--timeout=60", "--port=2222", "--user=mpiuser", "--identity-file=/k/id",
+    )  # fmt: skip
+    assert p.returncode == 3, p.stdout + p.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# The copy-in
+
+
+COPY_IN_BASES = ["bullseye", "bookworm", "trixie", "glibc-only", "scratch"]
+
+
+@pytest.mark.parametrize("base", COPY_IN_BASES)
+def test_copy_in_logs_in_from_any_base(engine, job, workers, mpiwait_image, base):
+    if base in containers.SUITES:
+        ref = engine.debian_base(base)
+    elif base == "glibc-only":
+        ref = engine.glibc_only_base()
+    else:
+        ref = "scratch"
+    ctx = job.workdir / f"copy-in-{base}"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(COPY_IN_DOCKERFILE.format(base=ref))
+    image = f"mpiwait-tests/copy-in:{base}"
+    engine.build(ctx, image)
+    keys = job.key_dir(0)
+    mounts = ["-v", f"{job.hostfile(workers)}:/etc/mpi/hostfile:ro", "-v", f"{keys}:/k:ro"]
+    opts = ["--timeout=120", "--port=2222", "--user=mpiuser", "--identity-file=/k/id_rsa"]
+    if base not in containers.SUITES:  # no shell, nothing to exec: the login is the proof
+        assert "all 2 hosts ready" in _ok(job.run(*mounts, image, *opts))
+        return
+    # The image's library path holds broken copies of libraries mpiwait loads (and cat does
+    # not), and its Python variables point nowhere: mpiwait must not pick up any of them. The
+    # COMMAND is exec'd with the image's own loader, libc and environment, nothing of ours.
+    broken = job.workdir / "image-libs"
+    broken.mkdir(exist_ok=True)
+    for name in ("libz.so.1", "libgcc_s.so.1", "libexpat.so.1"):
+        (broken / name).write_text("not a library\n")
+    image_env = {
+        "LD_LIBRARY_PATH": "/usr/local/lib/image",
+        "PYTHONHOME": "/nonexistent",
+        "PYTHONPATH": "/nonexistent",
+    }
+    p = job.run(
+        *mounts, "-v", f"{broken}:/usr/local/lib/image:ro",
+        *(f"-e{k}={v}" for k, v in image_env.items()), image, *opts,
+        "--", "cat", "/proc/self/maps", "/proc/self/environ",
+    )  # fmt: skip
+    out = _ok(p)
+    assert "all 2 hosts ready" in out
+    maps = [ln for ln in p.stdout.splitlines() if re.search(r"\.so[.\d]*$", ln)]
+    assert any(re.search(r"/libc(-[\d.]+)?\.so", ln) for ln in maps), out[-2000:]
+    assert not [ln for ln in maps if "/opt/mpiwait" in ln]
+    environ = p.stdout.split("\n")[-1].split("\0")
+    assert {f"{k}={v}" for k, v in image_env.items()} <= set(environ)
+    assert not [v for v in environ if v.startswith("LD_PRELOAD=")]
+
+
+# --------------------------------------------------------------------------------------------
+# The ENTRYPOINT pattern
+
+
+def _wait_for_log(job: Job, container: str, pattern: str, timeout: float = 120) -> str:
+    deadline = time.monotonic() + timeout
+    while True:
+        p = job.engine.docker("logs", container, check=False)
+        out = p.stdout + p.stderr
+        if re.search(pattern, out):
+            return out
+        if time.monotonic() > deadline:
+            pytest.fail(f"{container}: no {pattern!r} in its log:\n{out[-3000:]}")
+        time.sleep(0.2)
+
+
+def test_entrypoint_pattern_launcher_waits_for_a_late_worker_then_mpirun_runs(job):
+    """entrypoint.yaml in containers: two workers (one late) and the launcher, one image."""
+    job.worker("w1")
+    hostfile = job.hostfile(["w1", "w2"])
+    job.run_detached(
+        "launcher", "--user", "1000",
+        "-e", "K_MPI_JOB_ROLE=launcher", "-e", "MPIWAIT_TIMEOUT=600",
+        "-e", "HYDRA_HOST_FILE=/etc/mpi/hostfile",
+        "-e", "HYDRA_LAUNCH_EXTRA_ARGS=-o ConnectionAttempts=10",
+        "-v", f"{hostfile}:/etc/mpi/hostfile:ro", "-v", f"{job.keys}:/home/mpiuser/.ssh:ro",
+        job.image, "mpirun", "-n", "2", "/home/mpiuser/pi",
+    )  # fmt: skip
+    _wait_for_log(job, "launcher", r"w2: ")  # mpiwait is waiting for the missing worker
+    running = job.engine.docker("inspect", "-f", "{{.State.Running}}", "launcher").stdout
+    assert running.strip() == "true"
+    job.worker("w2")
+    status = job.engine.docker("wait", "launcher", timeout=300).stdout.strip()
+    out = _wait_for_log(job, "launcher", r"all 2 hosts ready")
+    assert status == "0", out
+    assert "pi on w1" in out and "pi on w2" in out, out
+    # The worker's sshd is PID 1, exec'd by mpiwait: it runs on the image's libc, not ours.
+    maps = job.engine.docker("exec", "w1", "cat", "/proc/1/maps").stdout
+    assert "libc" in maps and "/opt/mpiwait" not in maps
+    comm = job.engine.docker("exec", "w1", "cat", "/proc/1/comm").stdout.strip()
+    assert comm == "sshd"
+
+
+# --------------------------------------------------------------------------------------------
+# The Compose example
+
+
+# The README's commands, in examples/docker-compose. COMPOSE_FILE adds one thing for the test:
+# builds use the host's network (the engine gives containers none), so that the image's apt-get
+# and pip reach the mirror and PyPI.
+COMPOSE_STEPS = [["build"], ["run", "--rm", "launcher"]]
+BUILD_ON_HOST_NETWORK = "services:\n" + "".join(
+    f"  {s}: {{build: {{network: host}}}}\n"
+    for s in ("keygen", "worker1", "worker2", "worker3", "launcher")
+)
+
+
+def _run_compose_example(compose: list[str], env: dict[str, str], override: Path) -> str:
+    """``compose``: the argv prefix (["docker", "compose"], ...); returns the launcher's output."""
+    override.write_text(BUILD_ON_HOST_NETWORK)
+    env = {**env, "COMPOSE_FILE": f"compose.yaml:{override}"}
+    cwd = REPO / "examples/docker-compose"
+    outputs = []
+    try:
+        for step in COMPOSE_STEPS:
+            p = subprocess.run(
+                [*compose, *step], cwd=cwd, env=env, capture_output=True, text=True,
+                timeout=600, stdin=subprocess.DEVNULL,
+            )  # fmt: skip
+            outputs.append(p.stdout + p.stderr)
+            assert p.returncode == 0, (
+                f"{' '.join(step)}: exit {p.returncode}\n{outputs[-1][-4000:]}"
+            )
+    finally:
+        subprocess.run([*compose, "down", "-v"], cwd=cwd, env=env, capture_output=True, timeout=120)
+    return outputs[-1]
+
+
+def _assert_demo_ran(out: str) -> None:
+    assert "all 3 hosts ready" in out, out[-3000:]
+    lines = out.splitlines()
+    for name in ("worker1", "worker2", "worker3"):  # mpirun ... hostname, one per worker
+        assert name in lines, out[-3000:]
+
+
+def test_compose_example_with_compose_v2(engine, tmp_path):
+    config = containers.compose_v2(engine)
+    env = {**engine.env, "DOCKER_CONFIG": str(config)}
+    _assert_demo_ran(_run_compose_example(["docker", "compose"], env, tmp_path / "o.yaml"))
+
+
+def test_compose_example_with_debian_12_docker_compose_1_29(engine, tmp_path):
+    """Debian 12's docker-compose package (1.29) in a container of its own, with the Debian
+    docker CLI it uses for builds and runs, against the engine's socket."""
+    image = containers.compose_v1(engine)
+    cli = Path("/usr/bin/docker")
+    if not cli.exists():
+        pytest.skip("Debian's docker CLI (/usr/bin/docker from docker.io) not installed")
+    tmp_path.chmod(0o755)
+    compose = [
+        "docker", "run", "--rm", "-e", "COMPOSE_FILE", "-e", "DOCKER_BUILDKIT=0",
+        "-v", f"{cli}:/usr/bin/docker:ro", "-v", f"{engine.sock}:/var/run/docker.sock",
+        "-v", f"{REPO}:{REPO}:ro", "-v", f"{tmp_path}:{tmp_path}:ro",
+        "-w", str(REPO / "examples/docker-compose"), image, "docker-compose",
+    ]  # fmt: skip
+    _assert_demo_ran(_run_compose_example(compose, engine.env, tmp_path / "o.yaml"))

@@ -1,0 +1,132 @@
+"""How probe/attempt.py tells a closed port from a silent one before the SSH banner, pinned against
+the paramiko the venv installs (pyproject allows >=3.2,<5): paramiko raises the same plain
+SSHException for both, so probes._before_banner reads ``Transport.remote_version`` and the
+exception's ``__context__``. If a paramiko release changes either, these tests fail here
+instead of the probe silently reporting every close as a handshake failure.
+
+Servers are plain sockets on 127.0.0.1 in a thread of this process: no sshd, no namespace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import socket
+import struct
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import paramiko
+import pytest
+
+from mpiwait.probe.attempt import prober_for
+from mpiwait.probe.lookup import lookup_pool
+from mpiwait.probe.outcome import Stage, Status
+from mpiwait.settings import Settings
+
+TIMEOUT = 1.0  # the per-stage timeout of the probe; only the silent server waits it out
+
+
+def close_at_once(conn: socket.socket, _: threading.Event) -> None:
+    conn.close()
+
+
+def reset(conn: socket.socket, _: threading.Event) -> None:
+    # Once the client has sent its banner (so the reset cannot beat the connect itself on
+    # loopback), SO_LINGER 0: close() sends a RST, as a crashing server may.
+    conn.recv(64)
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    conn.close()
+
+
+def silent(conn: socket.socket, done: threading.Event) -> None:
+    done.wait(30)
+    conn.close()
+
+
+def banner_then_close(conn: socket.socket, _: threading.Event) -> None:
+    conn.sendall(b"SSH-2.0-OpenSSH_9.2p1 Debian-2\r\n")
+    conn.recv(64)  # the client's own banner
+    conn.close()
+
+
+@contextlib.contextmanager
+def server(behave: Callable[[socket.socket, threading.Event], None]) -> Iterator[int]:
+    listener = socket.create_server(("127.0.0.1", 0))
+    done = threading.Event()
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            conn, _ = listener.accept()
+            behave(conn, done)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        done.set()
+        listener.close()
+        thread.join(30)
+
+
+@pytest.fixture(scope="module")
+def key(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("key") / "id_ecdsa"
+    paramiko.ECDSAKey.generate().write_private_key_file(str(path))
+    path.chmod(0o600)
+    return path
+
+
+def probe(port: int, key: Path, tmp_path: Path):
+    config = tmp_path / "ssh_config"
+    config.write_text("")
+    settings = Settings(
+        ssh_config=config, port=port, identity_files=(key,), connect_timeout=TIMEOUT
+    )
+    return prober_for(settings, lookup_pool(1)).attempt("127.0.0.1")
+
+
+@pytest.mark.parametrize(
+    ("behave", "reason"),
+    [
+        (close_at_once, "closed"),
+        (reset, "closed"),
+        (silent, "no-banner"),
+        (banner_then_close, "handshake"),
+    ],
+)
+def test_probe_tells_where_the_handshake_stopped(
+    key: Path, tmp_path: Path, behave: Callable, reason: str
+) -> None:
+    with server(behave) as port:
+        outcome = probe(port, key, tmp_path)
+    assert (outcome.status, outcome.stage, outcome.reason) == (Status.RETRY, Stage.SSH, reason)
+    if reason == "closed":
+        assert "MaxStartups" in outcome.detail
+
+
+def test_paramiko_still_says_a_close_before_the_banner_the_way_probes_reads_it() -> None:
+    # The facts _before_banner relies on, straight from paramiko: no banner read (empty
+    # remote_version) and the socket's EOFError kept as the SSHException's context.
+    with server(close_at_once) as port, socket.create_connection(("127.0.0.1", port)) as sock:
+        transport = paramiko.Transport(sock)
+        transport.banner_timeout = TIMEOUT
+        try:
+            with pytest.raises(paramiko.SSHException) as info:
+                transport.start_client(timeout=10)
+            assert transport.remote_version == ""
+            assert isinstance(info.value.__context__, (EOFError, ConnectionError))
+        finally:
+            transport.close()
+
+
+def test_paramiko_keeps_the_banner_it_read() -> None:
+    with server(banner_then_close) as port, socket.create_connection(("127.0.0.1", port)) as sock:
+        transport = paramiko.Transport(sock)
+        try:
+            with pytest.raises((paramiko.SSHException, EOFError, OSError)):
+                transport.start_client(timeout=10)
+            assert transport.remote_version == "SSH-2.0-OpenSSH_9.2p1 Debian-2"
+        finally:
+            transport.close()

@@ -1,0 +1,479 @@
+"""The waiting loop against a fake clock: no network, no sleeps, hundreds of rounds in ms."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Callable
+
+import pytest
+
+from mpiwait.errors import Interrupted
+from mpiwait.probe.outcome import Outcome, Stage, Status
+from mpiwait.wait.events import (
+    End,
+    HostChanged,
+    HostLost,
+    HostReady,
+    HostsAdded,
+    Rechecking,
+    StillWaiting,
+)
+from mpiwait.wait.loop import WaitPolicy, wait_for_hosts
+from mpiwait.wait.schedule import Schedule
+
+READY = Outcome(Status.READY, Stage.READY, "ready")
+REFUSED = Outcome(Status.RETRY, Stage.TCP, "refused", "refused")
+UNRESOLVED = Outcome(Status.RETRY, Stage.DNS, "unresolved", "no such name")
+REJECTED = Outcome(Status.FATAL, Stage.SSH, "auth-rejected", "Permission denied", "fix keys")
+
+
+class FakeRunner:
+    """Attempts finish ``duration`` after they start; time moves only when the loop waits."""
+
+    def __init__(self, probe: Callable[[str, float], Outcome], duration: float = 0.01) -> None:
+        self.clock = 0.0
+        self.probe = probe
+        self.duration = duration
+        self.pending: list[tuple[float, str]] = []
+        self.starts: list[tuple[float, str]] = []
+        self.max_in_flight = 0
+        self.interrupt_at = math.inf
+
+    def now(self) -> float:
+        return self.clock
+
+    def start(self, host: str) -> None:
+        self.starts.append((self.clock, host))
+        self.pending.append((self.clock + self.duration, host))
+        self.max_in_flight = max(self.max_in_flight, len(self.pending))
+
+    def results(self, timeout: float):
+        until = self.clock + timeout
+        if self.interrupt_at <= until:
+            self.clock = self.interrupt_at
+            raise Interrupted(15, "SIGTERM")
+        if not self.pending:
+            self.clock = until
+            return []
+        first = min(t for t, _ in self.pending)
+        if first > until:
+            self.clock = until
+            return []
+        self.clock = first
+        done = [(t, h) for t, h in self.pending if t <= self.clock]
+        self.pending = [(t, h) for t, h in self.pending if t > self.clock]
+        return [(h, self.probe(h, self.clock)) for _, h in done]
+
+
+def policy(**kw) -> WaitPolicy:
+    base = dict(
+        timeout=60.0,
+        retry_initial=0.1,
+        retry_max=2.0,
+        parallel=64,
+        probe_rate=0,
+        reread_interval=1.0,
+        permanent_after=3,
+    )
+    base.update(kw)
+    return WaitPolicy(**base)
+
+
+def run(hosts, probe, *, read=None, runner=None, seed=1, **kw):
+    runner = runner or FakeRunner(probe)
+    events = []
+    result = wait_for_hosts(
+        first=tuple(hosts),
+        read_hosts=read or (lambda: (tuple(hosts), ("test",))),
+        runner=runner,
+        policy=policy(**kw),
+        emit=events.append,
+        rng=random.Random(seed),
+    )
+    return result, events, runner
+
+
+def test_all_ready_at_once_probes_each_host_once():
+    result, events, runner = run(["a", "b", "c"], lambda h, t: READY)
+    assert result.end is End.READY
+    assert sorted(h for _, h in runner.starts) == ["a", "b", "c"]
+    assert [e.ready for e in events if isinstance(e, HostReady)] == [1, 2, 3]
+
+
+def test_late_host_is_retried_until_ready_and_never_probed_after():
+    result, _, runner = run(["a", "late"], lambda h, t: READY if h == "a" or t > 5 else REFUSED)
+    assert result.end is End.READY
+    assert 5 < result.elapsed < 5 + 2.0 + 0.1  # noticed within one backoff cap
+    assert [h for _, h in runner.starts].count("a") == 1
+
+
+def test_deadline_gives_timeout_with_each_host_stage():
+    result, _, _ = run(
+        ["up", "dns", "tcp"],
+        lambda h, t: {"up": READY, "dns": UNRESOLVED, "tcp": REFUSED}[h],
+        timeout=30,
+    )
+    assert result.end is End.TIMEOUT
+    assert result.elapsed == pytest.approx(30)
+    stages = {h.host: (h.stage, h.reason) for h in result.hosts}
+    assert stages == {
+        "up": (Stage.READY, "ready"),
+        "dns": (Stage.DNS, "unresolved"),
+        "tcp": (Stage.TCP, "refused"),
+    }
+
+
+def test_no_deadline_waits_as_long_as_it_takes():
+    result, _, _ = run(["a"], lambda h, t: READY if t > 5000 else REFUSED, timeout=0)
+    assert result.end is End.READY
+
+
+def test_a_lone_missing_host_is_tried_at_its_floor_then_backs_off_when_it_stays_away():
+    # One host refusing for 120 s with a 2-s cap: tried every floor (20 ms + the attempt's
+    # 10 ms) during the grace period, then the window doubles every 10 s up to the cap.
+    _, _, runner = run(["a"], lambda h, t: REFUSED, timeout=120)
+    times = [t for t, _ in runner.starts]
+    gaps = [(a, b - a) for a, b in itertools.pairwise(times)]
+    assert all(gap <= 2.0 + 0.01 + 1e-9 for _, gap in gaps)
+    early = [gap for t, gap in gaps if 1 < t < 19]
+    assert early and all(gap == pytest.approx(0.03) for gap in early)
+    late = [gap for t, gap in gaps if t > 100]  # window at the 2-s cap: mean ~1 s
+    assert 0.7 < sum(late) / len(late) < 1.3
+    assert all(gap >= 0.02 for _, gap in gaps)  # never under the floor
+
+
+def test_permanent_failure_three_in_a_row_ends_the_wait():
+    result, _, runner = run(["ok", "bad"], lambda h, t: READY if h == "ok" else REJECTED)
+    assert result.end is End.PERMANENT
+    assert result.failed.host == "bad"
+    assert result.hint == "fix keys"
+    assert [h for _, h in runner.starts].count("bad") == 3
+
+
+def test_fatal_streak_resets_on_a_retryable_outcome():
+    outcomes = iter([REJECTED, REJECTED, REFUSED, REJECTED, REJECTED, READY])
+    result, _, _ = run(["h"], lambda h, t: next(outcomes))
+    assert result.end is End.READY
+
+
+def test_parallel_limit_is_respected():
+    hosts = [f"h{i}" for i in range(100)]
+    _, _, runner = run(hosts, lambda h, t: READY, parallel=8)
+    assert runner.max_in_flight == 8
+
+
+def test_probe_rate_budget_bounds_starts_per_second():
+    hosts = [f"h{i}" for i in range(50)]
+    result, _, runner = run(hosts, lambda h, t: UNRESOLVED, probe_rate=20, timeout=10, parallel=5)
+    assert result.end is End.TIMEOUT
+    per_second: dict[int, int] = {}
+    for t, _ in runner.starts:
+        per_second[int(t)] = per_second.get(int(t), 0) + 1
+    assert max(per_second.values()) <= 20 + 5  # rate plus the initial burst
+    assert len(runner.starts) <= 20 * 10 + 5
+
+
+def test_hosts_listed_later_are_waited_for():
+    runner = FakeRunner(lambda h, t: READY if (h == "a" and t > 3) or t > 6 else REFUSED)
+
+    def read():
+        return (("a", "b") if runner.clock > 2 else ("a",)), ("discover",)
+
+    result, events, _ = run(["a"], None, read=read, runner=runner)
+    assert result.end is End.READY
+    assert result.elapsed > 6
+    assert {h.host for h in result.hosts} == {"a", "b"}
+    added = [e for e in events if isinstance(e, HostsAdded)]
+    assert [e.hosts for e in added] == [("b",)]
+
+
+def test_no_hosts_yet_keeps_waiting_until_some_appear():
+    listing = {"hosts": ()}
+    calls = {"n": 0}
+
+    def read():
+        calls["n"] += 1
+        if calls["n"] >= 5:
+            listing["hosts"] = ("w1",)
+        return listing["hosts"], ("discover",)
+
+    result, _, _ = run([], lambda h, t: READY, read=read)
+    assert result.end is End.READY
+    assert 4 <= result.elapsed <= 6
+
+
+def test_no_hosts_ever_times_out():
+    result, _, _ = run([], lambda h, t: READY, read=lambda: ((), ()), timeout=5)
+    assert result.end is End.TIMEOUT
+    assert result.hosts == ()
+
+
+def test_a_host_that_vanishes_from_the_listing_is_still_waited_for():
+    listing = {"hosts": ("a", "b")}
+
+    def probe(h, t):
+        listing["hosts"] = ("a",)
+        return READY if h == "a" or t > 4 else REFUSED
+
+    result, _, _ = run(["a", "b"], probe, read=lambda: (listing["hosts"], ()))
+    assert result.end is End.READY
+    assert result.elapsed > 4
+
+
+def test_stage_changes_are_reported_once_not_per_attempt():
+    def probe(h, t):
+        if t < 3:
+            return UNRESOLVED
+        if t < 6:
+            return REFUSED
+        return READY
+
+    _, events, runner = run(["h"], probe)
+    changes = [(e.state.stage, e.state.reason) for e in events if isinstance(e, HostChanged)]
+    assert changes == [(Stage.DNS, "unresolved"), (Stage.TCP, "refused")]
+    assert len(runner.starts) > 5
+
+
+def test_still_waiting_is_emitted_periodically():
+    _, events, _ = run(["h"], lambda h, t: REFUSED, timeout=35, status_interval=10)
+    assert len([e for e in events if isinstance(e, StillWaiting)]) == 3
+
+
+def test_interrupt_returns_a_summary_of_who_was_not_ready():
+    runner = FakeRunner(lambda h, t: REFUSED)
+    runner.interrupt_at = 7.0
+    result, _, _ = run(["a", "b"], None, runner=runner)
+    assert result.end is End.INTERRUPTED
+    assert result.signal_name == "SIGTERM"
+    assert {h.stage for h in result.hosts} == {Stage.TCP}
+
+
+def test_a_thousand_hosts_run_quickly_under_the_fake_clock():
+    hosts = [f"w{i}" for i in range(1000)]
+    result, _, runner = run(
+        hosts, lambda h, t: READY if t > 3 else UNRESOLVED, probe_rate=200, timeout=60
+    )
+    assert result.end is End.READY
+    assert len(runner.starts) < 1000 * 8
+
+
+# --------------------------------------------------------------------------------------------
+# the schedule: the fewer hosts missing, the more often each is tried, within the limits
+
+
+def _schedule(seed: int = 1, **kw) -> Schedule:
+    return Schedule(policy(**kw).retry(), random.Random(seed))
+
+
+def test_a_lone_missing_host_waits_exactly_its_stage_floor():
+    s = _schedule(probe_rate=200)
+    for stage, floor in [(Stage.TCP, 0.02), (Stage.DNS, 0.05), (Stage.SSH, 0.1)]:
+        assert s.delay(stage=stage, status=Status.RETRY, attempts=5, away=3, missing=1) == floor
+
+
+def test_many_missing_hosts_share_the_budget_under_the_envelope():
+    s = _schedule(probe_rate=200, retry_max=2.0)
+    # 40 missing at 200/s: each may be tried every 0.2 s on average (a little less often:
+    # together they never ask for more than the budget); the envelope after 5 tries is 1.6 s
+    delays = [
+        s.delay(stage=Stage.TCP, status=Status.RETRY, attempts=5, away=3, missing=40)
+        for _ in range(2000)
+    ]
+    assert all(0.02 <= d <= 0.4 for d in delays)
+    assert max(delays) > 0.38  # jittered over the whole window, not pinned to the floor
+    assert 0.2 <= sum(delays) / len(delays) <= 0.22
+    # 1000 missing: the share (5 s) is above the envelope, which caps the wait as before
+    d = [
+        s.delay(stage=Stage.DNS, status=Status.RETRY, attempts=1, away=0, missing=1000)
+        for _ in range(200)
+    ]
+    assert all(0.05 <= x <= 0.1 for x in d)  # first retry within --retry-initial
+
+
+def test_a_host_away_past_the_grace_period_backs_off_to_the_envelope():
+    s = _schedule(probe_rate=200, retry_max=0.5)
+
+    def window(away):
+        return max(
+            s.delay(stage=Stage.TCP, status=Status.RETRY, attempts=50, away=away, missing=1)
+            for _ in range(300)
+        )
+
+    assert window(19) == pytest.approx(0.02)
+    assert window(40) == pytest.approx(0.08, rel=0.05)  # grace 20 s, then x2 every 10 s
+    assert window(600) == pytest.approx(0.5, rel=0.05)  # the old schedule: capped at 0.5 s
+
+
+def test_a_rejected_key_keeps_the_full_jitter_backoff():
+    s = _schedule(probe_rate=200, retry_initial=0.1, retry_max=2.0)
+    for attempts, window in [(1, 0.1), (2, 0.2), (3, 0.4)]:
+        d = [
+            s.delay(stage=Stage.SSH, status=Status.FATAL, attempts=attempts, away=1, missing=1)
+            for _ in range(300)
+        ]
+        assert all(0 <= x <= window for x in d)
+        assert min(d) < 0.1 * window  # full jitter: not held at the ssh floor
+
+
+def test_the_jitter_comes_from_the_injected_random_source():
+    def starts(seed):
+        probe = lambda h, t: READY if t > 3 + int(h[1:]) * 0.1 else REFUSED  # noqa: E731
+        _, _, runner = run([f"h{i}" for i in range(20)], probe, probe_rate=200, seed=seed)
+        return runner.starts
+
+    assert starts(7) == starts(7)
+    assert starts(7) != starts(8)
+
+
+def test_the_last_missing_host_is_tried_far_more_often_than_when_all_were_missing():
+    hosts = [f"h{i}" for i in range(64)]
+
+    def probe(h, t):
+        if h == "h0":
+            return READY if t > 6.0 else REFUSED
+        return READY if t > 2.0 else REFUSED
+
+    result, _, runner = run(hosts, probe, probe_rate=200, retry_max=0.5, parallel=32)
+    assert result.end is End.READY
+    early = [t for t, h in runner.starts if h == "h0" and 0.5 < t < 2.0]
+    late = [t for t, h in runner.starts if h == "h0" and 3.0 < t < 6.0]
+    assert len(late) / 3.0 > 4 * len(early) / 1.5  # per second, alone vs among 64
+    # once alone, it is tried every floor + attempt: the ready host is noticed within 30 ms
+    assert result.elapsed - 6.0 <= 0.02 + 0.01 + 0.01 + 1e-9
+
+
+def test_a_thousand_absent_hosts_cost_the_budget_and_no_more():
+    hosts = [f"w{i}" for i in range(1000)]
+    result, _, runner = run(
+        hosts, lambda h, t: UNRESOLVED, probe_rate=200, parallel=32, timeout=60, retry_max=0.5
+    )
+    assert result.end is End.TIMEOUT
+    per_second: dict[int, int] = {}
+    for t, _ in runner.starts:
+        per_second[int(t)] = per_second.get(int(t), 0) + 1
+    assert max(per_second.values()) <= 200 + 32
+    assert 0.95 * 200 * 60 <= len(runner.starts) <= 200 * 60 + 32  # all of it, evenly
+    tries = {h: 0 for h in hosts}
+    for _, h in runner.starts:
+        tries[h] += 1
+    assert max(tries.values()) - min(tries.values()) <= 3  # shared fairly
+
+
+def test_floors_hold_under_no_probe_budget():
+    _, _, runner = run(["a", "b"], lambda h, t: UNRESOLVED, probe_rate=0, timeout=5)
+    for host in ("a", "b"):
+        times = [t for t, h in runner.starts if h == host]
+        assert all(b - a >= 0.05 for a, b in itertools.pairwise(times))
+
+
+# --------------------------------------------------------------------------------------------
+# re-check before the end
+
+
+def test_hosts_that_all_pass_within_the_bound_are_not_rechecked():
+    result, events, runner = run(
+        ["a", "b", "late"],
+        lambda h, t: READY if h != "late" or t > 5 else REFUSED,
+        recheck_after=30,
+    )
+    assert result.end is End.READY
+    assert not [e for e in events if isinstance(e, Rechecking)]
+    assert [h for _, h in runner.starts].count("a") == 1
+
+
+def test_a_host_that_passed_long_ago_is_checked_once_more_before_the_end():
+    result, events, runner = run(
+        ["a", "b", "late"],
+        lambda h, t: READY if h == "a" or t > 40 else REFUSED,
+        recheck_after=30,
+    )
+    assert result.end is End.READY
+    rechecks = [e for e in events if isinstance(e, Rechecking)]
+    assert [(e.hosts, e.older_than) for e in rechecks] == [(("a",), 30)]
+    a = [t for t, h in runner.starts if h == "a"]
+    assert len(a) == 2 and a[1] > 40
+    assert result.elapsed == pytest.approx(a[1] + 0.01)  # the end waited for it
+    # a re-check that passes says nothing more: each host was announced ready once
+    assert sorted(e.host for e in events if isinstance(e, HostReady)) == ["a", "b", "late"]
+
+
+def test_a_host_that_fails_its_recheck_is_waited_for_again():
+    # "a" passes at once, dies at t=20 and comes back at t=60; "late" arrives at t=40.
+    def probe(h, t):
+        if h == "a":
+            return REFUSED if 20 < t < 60 else READY
+        return READY if t > 40 else REFUSED
+
+    result, events, _ = run(["a", "late"], probe, recheck_after=30, timeout=120)
+    assert result.end is End.READY
+    lost = [e for e in events if isinstance(e, HostLost)]
+    assert [(e.state.host, e.state.stage, e.state.reason) for e in lost] == [
+        ("a", Stage.TCP, "refused")
+    ]
+    assert 40 < lost[0].elapsed < 41
+    assert 60 < result.elapsed < 60 + 0.5 + 0.1
+    ready = [(e.host, e.ready) for e in events if isinstance(e, HostReady)]
+    assert ready == [("a", 1), ("late", 2), ("a", 2)]
+    assert all(h.stage is Stage.READY for h in result.hosts)
+
+
+def test_a_host_that_dies_for_good_after_passing_ends_in_timeout_naming_it():
+    def probe(h, t):
+        if h == "a":
+            return REFUSED if t > 20 else READY
+        return READY if t > 40 else REFUSED
+
+    result, events, _ = run(["a", "late"], probe, recheck_after=30, timeout=90)
+    assert result.end is End.TIMEOUT
+    assert result.elapsed == pytest.approx(90)
+    assert [(h.host, h.stage, h.reason) for h in result.not_ready] == [("a", Stage.TCP, "refused")]
+    assert len([e for e in events if isinstance(e, HostLost)]) == 1
+
+
+def test_rechecks_run_together_within_the_parallel_limit():
+    hosts = [f"h{i}" for i in range(10)]
+    result, events, runner = run(
+        [*hosts, "late"],
+        lambda h, t: READY if h != "late" or t > 40 else REFUSED,
+        recheck_after=30,
+        parallel=3,
+    )
+    assert result.end is End.READY
+    (recheck,) = [e for e in events if isinstance(e, Rechecking)]
+    assert sorted(recheck.hosts) == sorted(hosts)
+    again = [t for t, h in runner.starts if h != "late" and t > 40]
+    assert len(again) == 10
+    assert max(again) - min(again) < 0.05  # in waves of three, one attempt long each
+    assert runner.max_in_flight <= 3
+
+
+def test_a_recheck_ended_by_the_deadline_shows_the_host_as_unconfirmed():
+    runner = FakeRunner(lambda h, t: READY if h == "a" or t > 40 else REFUSED, duration=5)
+    result, _, _ = run(["a", "late"], None, runner=runner, recheck_after=30, timeout=43)
+    assert result.end is End.TIMEOUT
+    assert [(h.host, h.stage, h.reason) for h in result.not_ready] == [
+        ("a", Stage.PENDING, "re-checking")
+    ]
+
+
+def test_a_bound_shorter_than_one_attempt_rechecks_each_host_once_and_ends():
+    hosts = ["a", "b", "c", "late"]
+    result, events, runner = run(
+        hosts, lambda h, t: READY if h != "late" or t > 3 else REFUSED, recheck_after=0.001
+    )
+    assert result.end is End.READY
+    assert len([e for e in events if isinstance(e, Rechecking)]) == 1
+    assert all([h for _, h in runner.starts].count(h) == 2 for h in ("a", "b", "c"))
+
+
+def test_an_envelope_set_by_hand_is_plain_full_jitter_backoff_as_before():
+    # --retry-initial/--retry-max given: no floors, no budget sharing; ~120 s at a full-jitter
+    # cap of 2 s is about 120 attempts, not thousands.
+    _, _, runner = run(["a"], lambda h, t: REFUSED, timeout=120, follow_budget=False)
+    times = [t for t, _ in runner.starts]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert all(gap <= 2.0 + 0.01 + 1e-9 for gap in gaps)
+    assert min(gaps) < 0.02  # full jitter reaches below the floors
+    assert 60 < len(times) < 400
