@@ -283,8 +283,9 @@ def run_mpiwait(*argv: str, path: Path | None = None, **env: str) -> testbed.Res
 
 @pytest.fixture
 def hydra(tmp_path):
-    """A bin directory with a stand-in MPICH hydra that prints the variables it was handed."""
-    bin_dir = install(tmp_path / "mpich/bin", "hydra_pmi_proxy")
+    """A bin directory with a stand-in MPICH hydra that prints the variables it was handed, and
+    a stand-in ssh."""
+    bin_dir = install(tmp_path / "mpich/bin", "hydra_pmi_proxy", "ssh")
     script = bin_dir / "mpiexec.hydra"
     script.write_text(
         "#!/bin/sh\n"
