@@ -150,6 +150,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    seen = testbed.json_log_seen
+    if seen:
+        counts = ", ".join(f"{event} {n}" for event, n in sorted(seen.items()))
+        terminalreporter.write_line(
+            f"JSON log: {sum(seen.values())} records of mpiwait's runs fit "
+            f"docs/events.schema.json ({counts})"
+        )
     problems = terminalreporter.config.stash.get(_SESSION_PROBLEMS, [])
     if problems:
         terminalreporter.section("session problems (they fail the run)", sep="=", red=True)

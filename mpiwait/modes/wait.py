@@ -23,7 +23,9 @@ from mpiwait.output.report import (
     Reporter,
     print_launch_plan,
     print_plan,
+    print_plan_json,
     print_worker_plan,
+    print_worker_plan_json,
     summary_lines,
     write_termination_log,
 )
@@ -35,6 +37,7 @@ from mpiwait.settings import (
     SOURCE_REREAD_INTERVAL,
     STATUS_INTERVAL,
     Check,
+    LogFormat,
     Settings,
 )
 from mpiwait.wait.events import End, WaitStarted
@@ -86,10 +89,16 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
 
     prober = prober_for(settings, lookup_pool(settings.parallel))
     if settings.dry_run:
-        print_plan(prober, first)
+        launch_plan = None
         if launch is not None:
             handover = _plan(settings, environ, launch, None, first.skipped_self)
-            print_launch_plan(launch.describe(), handover.lines())
+            launch_plan = (launch.describe(), handover.lines())
+        if settings.log_format is LogFormat.JSON:
+            print_plan_json(prober, first, launch_plan)
+            return ExitCode.OK
+        print_plan(prober, first)
+        if launch_plan is not None:
+            print_launch_plan(*launch_plan)
         return ExitCode.OK
     # ssh settings ssh would refuse (exit 2), unusable key files (exit 3): before any waiting
     prober.preflight(first.names)
@@ -113,7 +122,9 @@ def _step_aside(settings: Settings, environ: Mapping[str, str], reporter: Report
     """On a worker (one image serves launcher and workers): exec COMMAND at once, or exit 0."""
     role = worker_role(environ)
     if settings.dry_run:
-        print_worker_plan(f"{ROLE_VARIABLE}={role}", settings.command)
+        json_plan = settings.log_format is LogFormat.JSON
+        show = print_worker_plan_json if json_plan else print_worker_plan
+        show(f"{ROLE_VARIABLE}={role}", settings.command)
         return ExitCode.OK
     if not settings.command:
         reporter.info(f"{ROLE_VARIABLE}={role}: nothing to wait for")

@@ -38,6 +38,9 @@ if TYPE_CHECKING:
     from mpiwait.probe.attempt import Prober
 
 PREFIX = "mpiwait: "
+# In every JSON record; raised when a field is removed, renamed or changes type
+# (docs/events.schema.json, docs/reference.md).
+JSON_SCHEMA_VERSION = 1
 # Above this many hosts a line per host would bury the log; hosts are reported in groups.
 PER_HOST_LINES_UP_TO = 32
 # How many names a grouped line spells out before "and N more".
@@ -137,6 +140,17 @@ def summary_lines(result: WaitResult) -> list[str]:
     return lines
 
 
+def json_record(kind: str, **fields: object) -> str:
+    """One JSON log line: every record says its schema version (docs/events.schema.json)."""
+    record = {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "event": kind,
+        **fields,
+    }
+    return json.dumps(record, default=str)
+
+
 @dataclass
 class Reporter:
     """Writes events; ``-q`` keeps only errors and the summary."""
@@ -152,8 +166,7 @@ class Reporter:
         self.stream.flush()
 
     def _json(self, kind: str, **fields: object) -> None:
-        record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "event": kind, **fields}
-        self.stream.write(json.dumps(record, default=str) + "\n")
+        self.stream.write(json_record(kind, **fields) + "\n")
         self.stream.flush()
 
     def error(self, message: str, hint: str | None = None, *, exit_code: int) -> None:
@@ -356,6 +369,59 @@ def write_termination_log(path: Path | None, lines: list[str], *, create: bool =
             stream.write(data)
     except OSError:
         return
+
+
+def print_plan_json(
+    prober: Prober,
+    snapshot: Snapshot,
+    launch: tuple[str, list[str]] | None,
+    out: TextIO | None = None,
+) -> None:
+    """``--dry-run --log-format json``: the plan as one JSON object on stdout."""
+    from mpiwait.probe.keys import present_identity_files
+
+    hosts = []
+    for name in snapshot.names:
+        target = prober.target(name)
+        keys = present_identity_files(target.identity_files, defaults=target.identities_default)
+        hosts.append(
+            {
+                "host": name,
+                "address": target.address,
+                "port": target.port,
+                "user": target.user,
+                "identity": list(keys),
+                "strict_host_key_checking": target.strict_host_key_checking,
+                "connect_timeout": prober.timeout_for(target),
+            }
+        )
+    out = out if out is not None else sys.stdout
+    out.write(
+        json_record(
+            "plan",
+            role=None,
+            hosts=hosts,
+            sources=list(snapshot.sources),
+            skipped_self=list(snapshot.skipped_self),
+            launch={"mpi": launch[0], "changes": launch[1]} if launch else None,
+            exec=None,
+        )
+        + "\n"
+    )
+    out.flush()
+
+
+def print_worker_plan_json(
+    role_line: str, command: tuple[str, ...], out: TextIO | None = None
+) -> None:
+    """``--dry-run --log-format json`` on a worker: no hosts, only what it would exec."""
+    out = out if out is not None else sys.stdout
+    record = json_record(
+        "plan", role=role_line, hosts=[], sources=[], skipped_self=[], launch=None,
+        exec=list(command) or None,
+    )  # fmt: skip
+    out.write(record + "\n")
+    out.flush()
 
 
 def print_plan(prober: Prober, snapshot: Snapshot, out: TextIO | None = None) -> None:
