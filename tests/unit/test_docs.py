@@ -151,3 +151,54 @@ def test_the_references_json_examples_fit_the_schema() -> None:
     for block in blocks:
         for line in block.splitlines():
             assert testbed.json_log_problems(json.loads(line)) == [], line
+
+
+def test_every_test_the_docs_name_exists() -> None:
+    """The compatibility matrix and the markers name tests as proof: each must exist."""
+    missing = []
+    for doc in DOCS:
+        for path, test in re.findall(r"(tests/[\w/]+\.py)::(\w+)", doc.read_text()):
+            file = REPO / path
+            if not file.is_file() or not re.search(rf"^\s*def {test}\(", file.read_text(), re.M):
+                missing.append(f"{_rel(doc)}: {path}::{test}")
+    # "`tests/e2e/test_e2e_mpi.py::a`, `::b`": the second test is in the same file
+    for doc in DOCS:
+        for path, rest in re.findall(
+            r"(tests/[\w/]+\.py)::\w+`((?:,\s*`::\w+`)+)", doc.read_text()
+        ):
+            for test in re.findall(r"::(\w+)", rest):
+                if not re.search(rf"^\s*def {test}\(", (REPO / path).read_text(), re.M):
+                    missing.append(f"{_rel(doc)}: {path}::{test}")
+    assert missing == []
+
+
+def _blocks(doc: Path, lang: str) -> list[str]:
+    return [m.group(3) for m in FENCE.finditer(doc.read_text()) if m.group(2) == lang]
+
+
+def test_the_readmes_snippets_are_the_tested_examples() -> None:
+    """The quick start's initContainer is initcontainer.yaml's (run against real sshd by
+    tests/integration/test_examples.py) and its Dockerfile is entrypoint.Dockerfile's (built and
+    run by tests/containers/test_containers.py), but for the image names."""
+    yaml = pytest.importorskip("yaml", reason="pyyaml is in the test extra")
+    readme = REPO / "README.md"
+    (snippet,) = yaml.safe_load(_blocks(readme, "yaml")[0])["initContainers"]
+    job = yaml.safe_load((REPO / "examples/kubernetes/initcontainer.yaml").read_text())
+    pod = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
+    (example,) = pod["initContainers"]
+
+    def but_timeout(args: list[str]) -> set[str]:
+        return {a for a in args if not a.startswith("--timeout=")}
+
+    assert but_timeout(snippet["args"]) == but_timeout(example["args"])
+    assert snippet["securityContext"] == example["securityContext"]
+    mounts = [(m["name"], m["mountPath"]) for m in snippet["volumeMounts"]]
+    assert mounts == [(m["name"], m["mountPath"]) for m in example["volumeMounts"]]
+
+    (dockerfile,) = _blocks(readme, "dockerfile")
+    ours = dockerfile.replace("registry.example.com/mpiwait:0.1.0", "ghcr.io/mpiwait/mpiwait:0.1.0")
+    ours = ours.replace("your-mpi-image", "mpioperator/mpi-pi:mpich")
+    tested = (REPO / "examples/kubernetes/entrypoint.Dockerfile").read_text()
+    code = [ln for ln in tested.splitlines() if ln.strip() and not ln.startswith("#")]
+    assert ours.splitlines() == code
+    assert len(code) == 4
