@@ -64,7 +64,9 @@ class HostSources:
     self_names: SelfNames
     exec_timeout: float = DISCOVER_EXEC_TIMEOUT
     # The texts last read and the snapshot they gave (the one mutable part, private to read()).
-    _last: dict = field(default_factory=dict, init=False, compare=False, repr=False)
+    _last: dict[tuple[str | None, ...], Snapshot] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     @classmethod
     def from_settings(cls, settings: Settings, environ: Mapping[str, str]) -> HostSources:
@@ -92,10 +94,11 @@ class HostSources:
             texts: tuple[str | None, ...] = (self.hosts_option,)
         else:
             texts = (self._hostfile_text(), self._discover_text())
-        if self._last.get("texts") == texts:
-            return self._last["snapshot"]
-        snapshot = self._parse(texts)
-        self._last.update(texts=texts, snapshot=snapshot)
+        snapshot = self._last.get(texts)
+        if snapshot is None:
+            snapshot = self._parse(texts)
+            self._last.clear()
+            self._last[texts] = snapshot
         return snapshot
 
     def _hostfile_text(self) -> str | None:

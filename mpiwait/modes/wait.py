@@ -37,10 +37,10 @@ from mpiwait.settings import (
     Check,
     Settings,
 )
-from mpiwait.wait.events import End, WaitStarted
+from mpiwait.wait.events import End, WaitResult, WaitStarted
 
 if TYPE_CHECKING:  # imported only on the paths that use them
-    from mpiwait.launch.handover import Handover, Interface
+    from mpiwait.launch.handover import Handover, Interface, Launch
     from mpiwait.probe.attempt import Prober
 
 _END_STATUS = {
@@ -152,7 +152,9 @@ def _read_first(settings: Settings, sources: HostSources, reporter: Reporter) ->
     )
 
 
-def _started(settings: Settings, prober: Prober, first: Snapshot, launch) -> WaitStarted:
+def _started(
+    settings: Settings, prober: Prober, first: Snapshot, launch: Launch | None
+) -> WaitStarted:
     """The start line, with the notes on what mpiwait's probe does differently from ssh."""
     resolver = prober.resolver
     notes: list[str] = []
@@ -193,7 +195,15 @@ def _attempt(
     return attempt
 
 
-def _hand_over(settings, environ, launch, prober, result, is_self, reporter: Reporter) -> None:
+def _hand_over(
+    settings: Settings,
+    environ: Mapping[str, str],
+    launch: Launch | None,
+    prober: Prober,
+    result: WaitResult,
+    is_self: Callable[[str], bool],
+    reporter: Reporter,
+) -> None:
     """All ready: exec COMMAND (with what the launch is handed), or log the initContainer's
     advice and return."""
     hosts = tuple(h.host for h in result.hosts)
@@ -213,7 +223,7 @@ def _hand_over(settings, environ, launch, prober, result, is_self, reporter: Rep
             reporter.info(line)
 
 
-def _recognise(settings: Settings, environ: Mapping[str, str], reporter: Reporter):
+def _recognise(settings: Settings, environ: Mapping[str, str], reporter: Reporter) -> Launch | None:
     """The MPI that COMMAND launches, when mpiwait is to hand it what the wait learned."""
     if not settings.command or not settings.launch_env:
         return None
@@ -238,19 +248,32 @@ def _is_node(settings: Settings) -> bool:
     )
 
 
-def _interface(prober, hosts: tuple[str, ...], is_self: Callable[[str], bool]) -> Interface:
+def _interface(prober: Prober, hosts: tuple[str, ...], is_self: Callable[[str], bool]) -> Interface:
     from mpiwait.launch.interfaces import interface_for
 
     reached = prober.local_addresses()
     return interface_for({h: reached[h] for h in hosts if h in reached and not is_self(h)})
 
 
-def _handover(settings, environ, launch, prober, hosts, is_self) -> Handover:
+def _handover(
+    settings: Settings,
+    environ: Mapping[str, str],
+    launch: Launch,
+    prober: Prober,
+    hosts: tuple[str, ...],
+    is_self: Callable[[str], bool],
+) -> Handover:
     interface = _interface(prober, hosts, is_self)
     return _plan(settings, environ, launch, interface, tuple(h for h in hosts if is_self(h)))
 
 
-def _plan(settings, environ, launch, interface, self_entries: tuple[str, ...]) -> Handover:
+def _plan(
+    settings: Settings,
+    environ: Mapping[str, str],
+    launch: Launch,
+    interface: Interface | None,
+    self_entries: tuple[str, ...],
+) -> Handover:
     """What the launch is handed; ``interface`` None: not known (a dry run connects nowhere)."""
     import socket
 
@@ -301,7 +324,13 @@ def _collector_for_logins() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _wait(settings, sources: HostSources, names, attempt, reporter):
+def _wait(
+    settings: Settings,
+    sources: HostSources,
+    names: tuple[str, ...],
+    attempt: Callable[[str], Outcome],
+    reporter: Reporter,
+) -> WaitResult:
     from mpiwait.wait.loop import ThreadRunner, WaitPolicy, wait_for_hosts
 
     return wait_for_hosts(
