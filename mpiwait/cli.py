@@ -321,11 +321,11 @@ def parse(argv: list[str]) -> Settings | int:
         envvar = _bad_envvar(exc, argv)
         if envvar:
             message = f"{message} (from {envvar})"
-        if _asks_for_json(argv):
+        if _chosen_log_format(argv) is LogFormat.JSON:
             # A program reading the JSON lines must not meet one line of plain text.
-            from mpiwait.output.report import Reporter
+            from mpiwait.output.jsonl import JsonEvents
 
-            Reporter(LogFormat.JSON).error(message, "see mpiwait --help", exit_code=ExitCode.USAGE)
+            JsonEvents().error(message, "see mpiwait --help", exit_code=ExitCode.USAGE)
         else:
             sys.stderr.write(f"mpiwait: error: {message} (see mpiwait --help)\n")
         return ExitCode.USAGE
@@ -338,30 +338,12 @@ def parse(argv: list[str]) -> Settings | int:
     return int(result or 0)
 
 
-def _asks_for_json(argv: list[str]) -> bool:
-    """Whether the options (not COMMAND) choose --log-format json, by flag or environment.
-
-    Read from the words themselves, since the parse that failed may not have reached it.
-    """
-    takes_value = {
-        opt
-        for param in command_line.params
-        if isinstance(param, click.Option) and not param.is_flag and not param.count
-        for opt in param.opts
-    }
-    choice: str | None = None
-    words = iter(argv)
-    for word in words:
-        if word == "--" or not word.startswith("-") or word == "-":
-            break
-        name, equals, value = word.partition("=")
-        if name == "--log-format":
-            choice = value if equals else next(words, "")
-        elif not equals and word in takes_value:
-            next(words, None)
-    if choice is None:
-        choice = os.environ.get("MPIWAIT_LOG_FORMAT", "")
-    return choice == LogFormat.JSON.value
+def _chosen_log_format(argv: list[str]) -> LogFormat:
+    """The --log-format the options (not COMMAND) or MPIWAIT_LOG_FORMAT choose, also when the
+    parse failed: click's resilient parsing reads what it can and passes over the rest."""
+    with command_line.make_context("mpiwait", list(argv), resilient_parsing=True) as ctx:
+        chosen = ctx.params.get("log_format")
+    return LogFormat(chosen) if chosen else LogFormat.TEXT
 
 
 def _bad_envvar(exc: click.exceptions.UsageError, argv: list[str]) -> str | None:
@@ -405,6 +387,7 @@ def main(argv: list[str] | None = None) -> None:
         status = run(parsed, os.environ)
     except MpiwaitError as exc:
         status = int(exc.exit_code)
+        _leave_termination_log(parsed, exc)
         _one_line_error(parsed, exc.message, exc.hint, status)
     except Interrupted as exc:
         status = exc.exit_code
@@ -427,6 +410,19 @@ def _one_line_error(settings: Settings, message: str, hint: str | None, status: 
     from mpiwait.output.report import Reporter
 
     Reporter(settings.log_format).error(message, hint, exit_code=status)
+
+
+def _leave_termination_log(settings: Settings, exc: MpiwaitError) -> None:
+    """A failure found before or after the wait (an unusable key file, a COMMAND that is not
+    there, a malformed hostfile) ends the container just as a deadline does: Kubernetes shows
+    the reason in `kubectl describe pod` only if it is in the termination log. Not for
+    --list-ready: horovodrun runs it every second and reports its failures itself."""
+    if settings.list_ready:
+        return
+    from mpiwait.output.termination import write_termination_log
+
+    lines = [f"error: {exc.message}"] + ([f"hint: {exc.hint}"] if exc.hint else [])
+    write_termination_log(settings.termination_log, lines, create=settings.termination_log_explicit)
 
 
 def _exit(status: int) -> None:

@@ -9,7 +9,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from mpiwait.errors import ExitCode, InputError, MpiwaitError, interrupted_status
+from mpiwait.errors import ExitCode, InputError, interrupted_status
 from mpiwait.hosts.sources import HostSources, Snapshot, rereader
 from mpiwait.launch.command import (
     ROLE_VARIABLE,
@@ -19,14 +19,10 @@ from mpiwait.launch.command import (
     is_mpi_launcher,
     worker_role,
 )
-from mpiwait.output.report import (
-    Reporter,
-    print_launch_plan,
-    print_plan,
-    print_worker_plan,
-    summary_lines,
-    write_termination_log,
-)
+from mpiwait.output.plans import HostPlan, print_launch_plan, print_plan, print_worker_plan
+from mpiwait.output.report import Reporter
+from mpiwait.output.termination import write_termination_log
+from mpiwait.output.text import summary_lines
 from mpiwait.probe.outcome import Outcome
 from mpiwait.settings import (
     DEFAULT_RETRY_INITIAL,
@@ -58,17 +54,7 @@ def run(settings: Settings, environ: Mapping[str, str]) -> int:
         from mpiwait.modes.list_ready import list_ready
 
         return list_ready(settings, environ)
-    try:
-        return _run(settings, environ)
-    except MpiwaitError as exc:
-        # Failures found before or after the wait (an unusable key file, a COMMAND that is not
-        # there, a malformed hostfile) end the container just as a deadline does: Kubernetes
-        # shows the reason in `kubectl describe pod` only if it is in the termination log.
-        lines = [f"error: {exc.message}"] + ([f"hint: {exc.hint}"] if exc.hint else [])
-        write_termination_log(
-            settings.termination_log, lines, create=settings.termination_log_explicit
-        )
-        raise
+    return _run(settings, environ)
 
 
 def _run(settings: Settings, environ: Mapping[str, str]) -> int:
@@ -86,7 +72,7 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
 
     prober = prober_for(settings, lookup_pool(settings.parallel))
     if settings.dry_run:
-        print_plan(prober, first)
+        print_plan(_host_plans(prober, first.names), first.sources, first.skipped_self)
         if launch is not None:
             handover = _plan(settings, environ, launch, None, first.skipped_self)
             print_launch_plan(launch.describe(), handover.lines())
@@ -107,6 +93,29 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     if result.end is End.INTERRUPTED:
         return interrupted_status(result.signal_name)
     return _END_STATUS[result.end]
+
+
+def _host_plans(prober: Prober, names: tuple[str, ...]) -> list[HostPlan]:
+    """Each host's settings as the probe will use them, for the dry run's plan."""
+    from mpiwait.probe.keys import present_identity_files
+
+    plans = []
+    for name in names:
+        target = prober.target(name)
+        plans.append(
+            HostPlan(
+                name=name,
+                address=target.address,
+                port=target.port,
+                user=target.user,
+                identity_files=present_identity_files(
+                    target.identity_files, defaults=target.identities_default
+                ),
+                strict_host_key_checking=target.strict_host_key_checking,
+                connect_timeout=prober.timeout_for(target),
+            )
+        )
+    return plans
 
 
 def _step_aside(settings: Settings, environ: Mapping[str, str], reporter: Reporter) -> int:
