@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import testbed
 
-from mpiwait.output.report import JSON_SCHEMA_VERSION, Reporter
+from mpiwait.output.jsonl import JSON_SCHEMA_VERSION
+from mpiwait.output.report import Reporter
 from mpiwait.probe.outcome import Stage
 from mpiwait.settings import LogFormat
 from mpiwait.wait.events import (
