@@ -202,3 +202,20 @@ def test_the_readmes_snippets_are_the_tested_examples() -> None:
     code = [ln for ln in tested.splitlines() if ln.strip() and not ln.startswith("#")]
     assert ours.splitlines() == code
     assert len(code) == 4
+
+
+ENV_NAME = re.compile(
+    r"\"((?:MPIWAIT_|K_MPI_|I_MPI_|HYDRA_|OMPI_MCA_|PRTE_MCA_|SLURM_|PBS_|LSB_|COBALT_|XDG_|SSH_AUTH)"
+    r"[A-Z0-9_]*|JOB_ID|HOME|SHELL|TMPDIR|PATH)\""
+)
+
+
+def test_the_reference_names_every_environment_variable_the_code_names() -> None:
+    reference = (REPO / "docs/reference.md").read_text()
+    named = {
+        m.group(1)
+        for f in (REPO / "mpiwait").rglob("*.py")
+        for m in ENV_NAME.finditer(f.read_text())
+    }
+    assert "K_MPI_JOB_ROLE" in named and "XDG_RUNTIME_DIR" in named  # the pattern finds them
+    assert sorted(v for v in named if v not in reference) == []
