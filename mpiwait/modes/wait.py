@@ -217,10 +217,12 @@ def _recognise(settings: Settings, environ: Mapping[str, str], reporter: Reporte
     """The MPI that COMMAND launches, when mpiwait is to hand it what the wait learned."""
     if not settings.command or not settings.launch_env:
         return None
-    from mpiwait.launch.handover import LAUNCHER_NAMES, recognise
+    from mpiwait.launch.handover import recognise
+    from mpiwait.launch.launchers import launcher
 
     launch = recognise(settings.command, environ)
-    if launch is None and os.path.basename(settings.command[0]) in LAUNCHER_NAMES:
+    own = launcher(settings.command[0])
+    if launch is None and own is not None and own.own:
         reporter.info(
             f"launch: which MPI {settings.command[0]} belongs to could not be told; "
             "its environment is left as it is"
