@@ -26,6 +26,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -403,5 +404,94 @@ def test_intel_mpi_started_by_a_wrapper_calls_back_without_a_name(bed, tmp_path,
     assert sorted(lines[1:]) == ["w1 6", "w2 6", "w3 6"], show(r)
     started = f"; then Intel MPI via {WRAPPER_NAME[how]} (mpirun on PATH: {bin_dir}/mpirun, "
     assert started in r.stderr, show(r)
+    line = f"mpiwait: launch: {iface_var}={b.bridge} (the interface the workers answered on)\n"
+    assert r.stderr.count(line) == 1, show(r)
+
+
+# --------------------------------------------------------------------------------------------
+# 5. horovodrun (static mode), as .ci/run installs it: no framework extension, no controller
+
+
+def horovod_bin() -> Path:
+    """The bin directory of this interpreter's venv, where .ci/run installs Horovod."""
+    pytest.importorskip("horovod.runner.launch", reason="horovod is not installed (.ci/run does)")
+    return Path(sys.executable).parent
+
+
+def test_horovodrun_ssh_check_passes_a_late_worker_only_behind_mpiwait(bed, tmp_path):
+    """horovodrun ssh's `true` to every host (five tries at once) before anything else, and ends
+    the job on a host that does not answer; behind mpiwait the check passes, and this build
+    of Horovod then stops where it always would: it has no controller."""
+    hvd = horovod_bin()
+    b = bed(3)
+    etc_mpi = b.write_etc_mpi(tmp_path / "etc-mpi", flavor="openmpi")
+    pod = LauncherPod(b, tmp_path, "pi-launcher")
+    env = mpiwait_env(K_MPI_JOB_ROLE="launcher", PATH=path_with(hvd), HOME=str(tmp_path))
+    hosts = ",".join(f"{h.name}:1" for h in b.hosts)
+    # horovodrun's own traceback (no controller) goes to a file of its own: testbed.finish()
+    # rightly fails on any traceback in mpiwait's output.
+    errors = tmp_path / "horovodrun.err"
+    horovodrun = f"horovodrun --verbose --disable-cache -np 3 -H {hosts} true 2>{errors}"
+    command = ["sh", "-c", f'{horovodrun}; echo "horovodrun: exit $?"']
+    no_controller = "ValueError: Neither MPI nor Gloo support has been built"
+
+    b.stop_sshd(2)
+    plain = control(b, pod, command, env, etc_mpi=etc_mpi)
+    assert "horovodrun: exit 1" in plain.stdout, show(plain)
+    assert "ssh not successful for host w3" in plain.stdout, show(plain)
+    assert "RuntimeError: could not connect to some hosts via ssh" in errors.read_text()
+
+    r = through_mpiwait(
+        b, pod, command, env, etc_mpi=etc_mpi,
+        when=progress("w3: tcp refused"), then=[(2.0, lambda: b.start_sshd(2))],
+    )  # fmt: skip
+    assert re.search(r"^mpiwait: all 3 hosts ready in ", r.stderr, re.M), show(r)
+    assert "ssh not successful" not in r.stdout, show(r)
+    assert "SSH was successful into all the remote hosts." in r.stdout, show(r)
+    assert "horovodrun: exit 1" in r.stdout and no_controller in errors.read_text(), show(r)
+
+
+# horovodrun itself, with its "is the MPI controller built" check answered yes: the ranks run
+# mpi4py, not Horovod, so they need no controller. Everything else is Horovod's own runner: the
+# ssh check, NIC detection over its task services, and the mpirun command line mpi_run() builds
+# and execs (for Intel MPI: `mpirun -l -np 3 -ppn 1 -hosts w1,w2,w3 ...`, in os.environ).
+HOROVODRUN_MPI = """\
+import horovod.runner.launch as launch
+if __name__ == "__main__":  # Horovod's runner re-imports it in processes it spawns
+    launch.mpi_built = lambda verbose=False: True
+    launch.run_commandline()
+"""
+
+
+def test_horovodrun_mpi_launch_with_intel_mpi_calls_back_without_a_name(bed, tmp_path):
+    hvd = horovod_bin()
+    bin_dir, operator_env, _, iface_var = _hydra_case("intel")
+    b = bed(3)
+    etc_mpi = b.write_etc_mpi(tmp_path / "etc-mpi", flavor="intel")
+    pod = LauncherPod(b, tmp_path, "pi-launcher")  # a name the workers cannot resolve
+    # Intel MPI's mpirun first on PATH, as in an Intel MPI image with Horovod
+    path = f"{bin_dir}{os.pathsep}{path_with(hvd)}"
+    env = mpiwait_env(K_MPI_JOB_ROLE="launcher", PATH=path, HOME=str(tmp_path), **operator_env)
+    script = tmp_path / "horovodrun_mpi.py"
+    script.write_text(HOROVODRUN_MPI)
+    hosts = ",".join(f"{h.name}:1" for h in b.hosts)
+    ranks = [str(bin_dir / "python"), "-c", ALLREDUCE]
+    command = [str(hvd / "python"), str(script), "--disable-cache", "-np", "3", "-H", hosts]
+    command += ["--mpi", *ranks]
+
+    plain = control(b, pod, command, env, etc_mpi=etc_mpi)
+    assert plain.returncode not in (0, None), show(plain)
+    assert "pi-launcher" in plain.stderr and " 6" not in plain.stdout, show(plain)
+
+    b.stop_sshd(2)
+    r = through_mpiwait(
+        b, pod, command, env, etc_mpi=etc_mpi,
+        when=progress("w3: tcp refused"), then=[(2.0, lambda: b.start_sshd(2))],
+    )  # fmt: skip
+    assert r.returncode == 0, show(r)
+    # `-l`: hydra prefixes each line with its rank
+    ranks_said = sorted(re.sub(r"^\[\d+\]\s*", "", ln) for ln in r.stdout.splitlines())
+    assert ranks_said == ["w1 6", "w2 6", "w3 6"], show(r)
+    assert "; then Intel MPI via python (mpirun on PATH: " in r.stderr, show(r)
     line = f"mpiwait: launch: {iface_var}={b.bridge} (the interface the workers answered on)\n"
     assert r.stderr.count(line) == 1, show(r)
