@@ -27,7 +27,7 @@ import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
-from mpiwait.launch.launchers import ON_PATH, launcher
+from mpiwait.launch.launchers import ON_PATH, launcher, starts_no_mpi
 
 
 class Mpi(str, enum.Enum):
@@ -78,8 +78,8 @@ def recognise(
 ) -> Launch | None:
     """The MPI ``argv`` launches, from its name, where it is installed and what lies beside it;
     for a wrapper (a shell, a script, horovodrun), the MPI of the first ``mpirun``/``mpiexec``
-    on its PATH, else of Intel MPI's under ``I_MPI_ROOT``. None when no MPI is found, or its
-    MPI cannot be told."""
+    on its PATH, else of Intel MPI's under ``I_MPI_ROOT``. None when no MPI is found, its MPI
+    cannot be told, or the wrapper's arguments say it starts none (deepspeed's pdsh)."""
     if not argv:
         return None
     search = path if path is not None else environ.get("PATH", os.defpath)
@@ -87,6 +87,8 @@ def recognise(
     if own is not None and own.own:
         found = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=search)
         return _recognise_at(argv[0], found, environ, search) if found else None
+    if starts_no_mpi(argv):
+        return None
     wrapped = _launcher_on_path(search, environ)
     if wrapped is None:
         return None

@@ -9,7 +9,7 @@ start is found on its PATH by handover.recognise().
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import NamedTuple
 
@@ -49,3 +49,31 @@ def launcher(command: str) -> Launcher | None:
     if found is None and name.startswith("mpiexec"):
         return _MPI
     return found
+
+
+# deepspeed's --launcher values that build an mpirun/mpiexec command line; its default, pdsh,
+# ssh's by itself, and slurm runs srun.
+_DEEPSPEED_MPI = frozenset({"openmpi", "mvapich", "impi", "mpich"})
+# horovodrun options under which it starts no mpirun: Gloo, and elastic mode (Gloo only).
+_HOROVOD_NO_MPI = frozenset({"--gloo", "--host-discovery-script", "--min-np", "--max-np"})
+
+
+def starts_no_mpi(argv: Sequence[str]) -> bool:
+    """Whether a wrapper's own arguments say it runs no MPI launcher (deepspeed with pdsh or
+    slurm, horovodrun with Gloo); any other wrapper may, and is taken to."""
+    name = os.path.basename(argv[0]) if argv else ""
+    if name == "deepspeed":
+        return _option(argv, "--launcher", "pdsh").lower() not in _DEEPSPEED_MPI
+    if name == "horovodrun":
+        return any(arg.partition("=")[0] in _HOROVOD_NO_MPI for arg in argv[1:])
+    return False
+
+
+def _option(argv: Sequence[str], flag: str, default: str) -> str:
+    """The first value of ``flag`` (``--flag V`` or ``--flag=V``) in ``argv``, else ``default``."""
+    for k, arg in enumerate(argv[1:], start=1):
+        if arg == flag and k + 1 < len(argv):
+            return argv[k + 1]
+        if arg.startswith(flag + "="):
+            return arg[len(flag) + 1 :]
+    return default

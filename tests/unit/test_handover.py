@@ -136,6 +136,27 @@ def test_a_wrapper_is_recognised_by_the_mpi_on_its_path(tmp_path, layout, argv):
     )
 
 
+@pytest.mark.parametrize(
+    ("argv", "recognised"),
+    [
+        (["deepspeed", "train.py"], False),  # pdsh, DeepSpeed's default: ssh's by itself
+        (["deepspeed", "--launcher", "pdsh", "train.py"], False),
+        (["deepspeed", "--launcher=slurm", "train.py"], False),
+        (["deepspeed", "--launcher", "OpenMPI", "train.py"], True),  # DeepSpeed lowercases it
+        (["deepspeed", "--launcher=impi", "train.py"], True),
+        (["horovodrun", "--gloo", "-np", "2", "python", "t.py"], False),
+        (["horovodrun", "--host-discovery-script", "d.sh", "python", "t.py"], False),
+        (["horovodrun", "--min-np=2", "python", "t.py"], False),
+        (["horovodrun", "-np", "2", "python", "t.py"], True),
+        (["horovodrun", "--mpi", "-np", "2", "python", "t.py"], True),
+    ],
+)
+def test_a_wrapper_whose_arguments_say_it_runs_no_mpi_is_not_recognised(tmp_path, argv, recognised):
+    files, links = LAYOUTS["pypi-openmpi5"]
+    bin_dir = install(tmp_path / "bin", *files, links=links)
+    assert (recognise(argv, {"PATH": str(bin_dir)}) is not None) is recognised
+
+
 def test_a_wrapper_takes_the_first_launcher_in_path_order(tmp_path):
     mpich = install(tmp_path / "mpich", "mpiexec", "mpiexec.hydra", "hydra_pmi_proxy")
     ompi = install(tmp_path / "ompi", "mpirun", "mpiexec", "prterun", "prte", "prted")
