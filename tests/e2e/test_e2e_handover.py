@@ -117,7 +117,8 @@ class LauncherPod:
 def control(
     b: testbed.TestBed, pod: LauncherPod, command: list[str], env, timeout=CONTROL_TIMEOUT, **mounts
 ):
-    """The plain launch, no mpiwait; a hang (MPICH 4.0) comes back as exit status None."""
+    """The plain launch, no mpiwait; a hang (MPICH 4.0) comes back as exit status None. A
+    control that must end on its own (horovodrun, deepspeed, wrappers) gets RUN_TIMEOUT."""
     try:
         return b.run(pod.argv(command), env=env, timeout=timeout, **mounts)
     except subprocess.TimeoutExpired as e:
@@ -362,7 +363,7 @@ def test_open_mpi_5_started_by_a_wrapper_runs_on_the_workers(bed, tmp_path, how)
     mpirun.insert(1, "--allow-run-as-root")
     command = wrapped(how, mpirun, tmp_path)
 
-    plain = control(b, pod, command, env, etc_mpi=etc_mpi)
+    plain = control(b, pod, command, env, etc_mpi=etc_mpi, timeout=RUN_TIMEOUT)
     assert plain.returncode not in (0, None), show(plain)
     assert "w1" not in plain.stdout and "pi-launcher 6" not in plain.stdout, show(plain)
 
@@ -393,7 +394,7 @@ def test_intel_mpi_started_by_a_wrapper_calls_back_without_a_name(bed, tmp_path,
     env = mpiwait_env(K_MPI_JOB_ROLE="launcher", PATH=path_with(bin_dir), **operator_env)
     command = wrapped(how, _three_ranks(bin_dir), tmp_path)
 
-    plain = control(b, pod, command, env, etc_mpi=etc_mpi)
+    plain = control(b, pod, command, env, etc_mpi=etc_mpi, timeout=RUN_TIMEOUT)
     assert plain.returncode not in (0, None), show(plain)
     assert "pi-launcher" in plain.stderr and " 6" not in plain.stdout, show(plain)
 
@@ -440,7 +441,7 @@ def test_horovodrun_ssh_check_passes_a_late_worker_only_behind_mpiwait(bed, tmp_
     no_controller = "ValueError: Neither MPI nor Gloo support has been built"
 
     b.stop_sshd(2)
-    plain = control(b, pod, command, env, etc_mpi=etc_mpi)
+    plain = control(b, pod, command, env, etc_mpi=etc_mpi, timeout=RUN_TIMEOUT)
     assert "horovodrun: exit 1" in plain.stdout, show(plain)
     assert "ssh not successful for host w3" in plain.stdout, show(plain)
     assert "RuntimeError: could not connect to some hosts via ssh" in errors.read_text()
@@ -483,7 +484,7 @@ def test_horovodrun_mpi_launch_with_intel_mpi_calls_back_without_a_name(bed, tmp
     command = [str(hvd / "python"), str(script), "--disable-cache", "-np", "3", "-H", hosts]
     command += ["--mpi", *ranks]
 
-    plain = control(b, pod, command, env, etc_mpi=etc_mpi)
+    plain = control(b, pod, command, env, etc_mpi=etc_mpi, timeout=RUN_TIMEOUT)
     assert plain.returncode not in (0, None), show(plain)
     assert "pi-launcher" in plain.stderr and " 6" not in plain.stdout, show(plain)
 
