@@ -340,6 +340,15 @@ def wrapped(how: str, mpirun: list[str], tmp: Path) -> list[str]:
     return ["python3", str(script), *mpirun[1:]]
 
 
+def w3_late(b: testbed.TestBed, pod: LauncherPod, command: list[str], env, etc_mpi: Path):
+    """COMMAND through mpiwait, w3's sshd started 2 s after mpiwait has seen it refuse."""
+    b.stop_sshd(2)
+    return through_mpiwait(
+        b, pod, command, env, etc_mpi=etc_mpi,
+        when=progress("w3: tcp refused"), then=[(2.0, lambda: b.start_sshd(2))],
+    )  # fmt: skip
+
+
 WRAPPER_SAID = {"bash": "starting", "python": "launch.py: starting"}
 WRAPPER_NAME = {"bash": "bash", "python": "python3"}
 
@@ -367,11 +376,7 @@ def test_open_mpi_5_started_by_a_wrapper_runs_on_the_workers(bed, tmp_path, how)
     assert plain.returncode not in (0, None), show(plain)
     assert "w1" not in plain.stdout and "pi-launcher 6" not in plain.stdout, show(plain)
 
-    b.stop_sshd(2)
-    r = through_mpiwait(
-        b, pod, command, env, etc_mpi=etc_mpi,
-        when=progress("w3: tcp refused"), then=[(2.0, lambda: b.start_sshd(2))],
-    )  # fmt: skip
+    r = w3_late(b, pod, command, env, etc_mpi)
     assert r.returncode == 0, show(r)
     lines = r.stdout.splitlines()
     assert lines[0] == WRAPPER_SAID[how], show(r)
@@ -398,11 +403,7 @@ def test_intel_mpi_started_by_a_wrapper_calls_back_without_a_name(bed, tmp_path,
     assert plain.returncode not in (0, None), show(plain)
     assert "pi-launcher" in plain.stderr and " 6" not in plain.stdout, show(plain)
 
-    b.stop_sshd(2)
-    r = through_mpiwait(
-        b, pod, command, env, etc_mpi=etc_mpi,
-        when=progress("w3: tcp refused"), then=[(2.0, lambda: b.start_sshd(2))],
-    )  # fmt: skip
+    r = w3_late(b, pod, command, env, etc_mpi)
     assert r.returncode == 0, show(r)
     lines = r.stdout.splitlines()
     assert lines[0] == WRAPPER_SAID[how], show(r)
@@ -446,10 +447,7 @@ def test_horovodrun_ssh_check_passes_a_late_worker_only_behind_mpiwait(bed, tmp_
     assert "ssh not successful for host w3" in plain.stdout, show(plain)
     assert "RuntimeError: could not connect to some hosts via ssh" in errors.read_text()
 
-    r = through_mpiwait(
-        b, pod, command, env, etc_mpi=etc_mpi,
-        when=progress("w3: tcp refused"), then=[(2.0, lambda: b.start_sshd(2))],
-    )  # fmt: skip
+    r = w3_late(b, pod, command, env, etc_mpi)
     assert re.search(r"^mpiwait: all 3 hosts ready in ", r.stderr, re.M), show(r)
     assert "ssh not successful" not in r.stdout, show(r)
     assert "SSH was successful into all the remote hosts." in r.stdout, show(r)
@@ -488,11 +486,7 @@ def test_horovodrun_mpi_launch_with_intel_mpi_calls_back_without_a_name(bed, tmp
     assert plain.returncode not in (0, None), show(plain)
     assert "pi-launcher" in plain.stderr and " 6" not in plain.stdout, show(plain)
 
-    b.stop_sshd(2)
-    r = through_mpiwait(
-        b, pod, command, env, etc_mpi=etc_mpi,
-        when=progress("w3: tcp refused"), then=[(2.0, lambda: b.start_sshd(2))],
-    )  # fmt: skip
+    r = w3_late(b, pod, command, env, etc_mpi)
     assert r.returncode == 0, show(r)
     # `-l`: hydra prefixes each line with its rank
     ranks_said = sorted(re.sub(r"^\[\d+\]\s*", "", ln) for ln in r.stdout.splitlines())
@@ -532,10 +526,7 @@ def test_deepspeed_openmpi_launcher_runs_on_the_workers_behind_mpiwait(bed, tmp_
     assert "ssh: connect to host w3 port 22: Connection refused" in plain.stderr, show(plain)
     assert " 6" not in plain.stdout, show(plain)
 
-    r = through_mpiwait(
-        b, pod, command, env, etc_mpi=etc_mpi,
-        when=progress("w3: tcp refused"), then=[(2.0, lambda: b.start_sshd(2))],
-    )  # fmt: skip
+    r = w3_late(b, pod, command, env, etc_mpi)
     assert r.returncode == 0, show(r)
     ranks_said = [ln for ln in r.stdout.splitlines() if ln.endswith(" 6")]
     assert sorted(ranks_said) == ["w1 6", "w2 6", "w3 6"], show(r)
