@@ -87,8 +87,8 @@ def _strict_failure(reason: object) -> str:
         reason = reason[2]
     return (
         f"strict mode ({STRICT}): skipped, but in CI nothing may be skipped: {reason}\n"
-        "Install what is missing (.ci/run does, as root) or, only where the skip means 'not "
-        "applicable', mark the test @pytest.mark.may_skip(reason)."
+        "Install what is missing ('sudo ./scripts/test' does, as .ci/run) or, only where the "
+        "skip means 'not applicable', mark the test @pytest.mark.may_skip(reason)."
     )
 
 

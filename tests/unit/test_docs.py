@@ -219,3 +219,8 @@ def test_the_reference_names_every_environment_variable_the_code_names() -> None
     }
     assert "K_MPI_JOB_ROLE" in named and "XDG_RUNTIME_DIR" in named  # the pattern finds them
     assert sorted(v for v in named if v not in reference) == []
+
+
+def test_the_readme_stays_short() -> None:
+    """A newcomer's page: the rest lives in docs/ (issue 24: at most 250 lines)."""
+    assert len((REPO / "README.md").read_text().splitlines()) <= 250
