@@ -22,7 +22,6 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import shutil
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -35,10 +34,11 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import sshdiff
+import testbed
 
 from mpiwait.openssh.config import LocalUser, SSHConfig
 
-pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH client (ssh)")
+pytestmark = testbed.needs("ssh")
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 
@@ -372,14 +372,6 @@ def test_dash_f_agrees_with_ssh(case: Case, tmp_path: Path) -> None:
     assert _dash_f_diffs(case, tmp_path) == []
 
 
-def _namespace_problem() -> str | None:
-    if os.getuid() != 0:
-        return "needs root to bind-mount test files in a private mount namespace"
-    if shutil.which("unshare") is None:
-        return "needs unshare (util-linux)"
-    return None
-
-
 def _in_namespace(cases: list[Case], root: Path) -> list[str]:
     spec: dict = {"cases": [], "scratch": str(root)}
     for n, case in enumerate(cases):
@@ -406,7 +398,7 @@ def _in_namespace(cases: list[Case], root: Path) -> list[str]:
     return json.loads(p.stdout)
 
 
-@pytest.mark.skipif(_namespace_problem() is not None, reason=str(_namespace_problem()))
+@testbed.needs("root", "unshare")  # bind-mounts test files in a private mount namespace
 def test_default_files_agree_with_ssh(tmp_path: Path) -> None:
     assert _in_namespace(CASES, tmp_path) == []
 
@@ -521,7 +513,7 @@ def test_generated_configs_agree_with_ssh_dash_f(case: Case, tmp_path_factory) -
     assert _dash_f_diffs(case, d) == [], case.user
 
 
-@pytest.mark.skipif(_namespace_problem() is not None, reason=str(_namespace_problem()))
+@testbed.needs("root", "unshare")
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases=st.lists(_config, min_size=4, max_size=4))
 def test_generated_default_files_agree_with_ssh(cases: list[Case], tmp_path_factory) -> None:
