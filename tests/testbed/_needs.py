@@ -319,7 +319,10 @@ def check(name: str) -> Found | str:
     got = need.check()
     if isinstance(got, Found):
         return got
-    return f"{name} missing ({need.what}): {got}; install: {need.install.command()} ({EVERYTHING})"
+    how = need.install.command()
+    if need.install.kind != "root":
+        how += f" ({EVERYTHING})"
+    return f"{name} missing ({need.what}): {got}; install: {how}"
 
 
 def find(name: str) -> Found | None:

@@ -218,3 +218,17 @@ def test_no_test_checks_the_machine_outside_the_test_bed() -> None:
                 if pattern in line:
                     found.append(f"{path.relative_to(REPO)}:{n}: {pattern} (use {instead})")
     assert found == [], "\n".join(found)
+
+
+def test_the_documented_listing_names_every_requirement() -> None:
+    """CONTRIBUTING.md's `python -m testbed._needs list`: one line a requirement, present or not."""
+    cp = subprocess.run(
+        [sys.executable, "-m", "testbed._needs", "list"], capture_output=True, text=True,
+        timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": "tests"},
+        stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    assert cp.returncode == 0, cp.stderr
+    named = [re.match(r"[a-z0-9-]+", line)[0] for line in cp.stdout.splitlines()]  # type: ignore[index]
+    assert named == sorted(testbed.NEEDS), cp.stdout
+    for line in cp.stdout.splitlines():
+        assert re.fullmatch(r"[a-z0-9-]+: \S.*|[a-z0-9-]+ (missing |\().*install: .+", line), line
