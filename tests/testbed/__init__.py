@@ -43,7 +43,8 @@ What a test needs from the machine (_needs: one table, which scripts/install-tes
     ``pytest.param(marks=)``); ``require(name)`` in a test or fixture returns a Found (``.path``:
     the executable or venv) or skips, or in strict mode (``strict_mode()``: CI=true or
     MPIWAIT_TEST_STRICT=1) fails, naming what is missing and the command that installs it;
-    ``find(name)`` a Found or None, without pytest; ``NEEDS`` the table.
+    ``find(name)`` a Found or None, without pytest; ``NEEDS`` the table; ``python -m testbed
+    needs`` lists it with what is here (``needs plan``: what scripts/install-test-deps installs).
 
 Housekeeping: missing_requirements(flavour), cleanup_stale(), bed_names(prefix), bed_owner(name),
     write_in_place(path, text) (a bind-mounted file rewritten, never seen empty),

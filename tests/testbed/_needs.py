@@ -1,7 +1,7 @@
 """What the tests need from this machine, in one table: for each requirement, how to check it
 and what installs it. Tests ask through ``needs(...)`` (a pytest mark) or ``require(name)`` (in
 a test or fixture, returning a ``Found``); scripts/install-test-deps installs what this table says
-is missing (``python -m testbed._needs plan``), so the checks and the installs cannot drift.
+is missing (``python -m testbed needs plan``), so the checks and the installs cannot drift.
 
 Missing, a test skips with a sentence naming the requirement and the command that installs it;
 in strict mode (``strict_mode()``: CI=true or MPIWAIT_TEST_STRICT=1) it fails with that sentence.
@@ -227,7 +227,7 @@ def _table() -> dict[str, Need]:
         for name, (pkg, what) in _APT.items()
     ]
     needs += [
-        Need("root", "root", _root, Install("root")),
+        Need("root", "uid 0", _root, Install("root")),
         Need("sshd", "OpenSSH's server", _file("/usr/sbin/sshd"), Install("apt", "openssh-server")),
         Need("openmpi4", "Open MPI 4 (Debian's mpirun)", _openmpi, Install("apt", "openmpi-bin")),
         Need("services", "/etc/services (`Port ssh`)", _ssh_service, Install("apt", "netbase")),
@@ -411,9 +411,5 @@ def main(argv: list[str]) -> int:
             got = check(name)
             print(f"{name}: {got.path or 'here'}" if isinstance(got, Found) else got)
         return 0
-    print("usage: python -m testbed._needs plan [NAME...] | list", file=sys.stderr)
+    print("usage: python -m testbed needs [list | plan [NAME...]]", file=sys.stderr)
     return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -221,9 +221,9 @@ def test_no_test_checks_the_machine_outside_the_test_bed() -> None:
 
 
 def test_the_documented_listing_names_every_requirement() -> None:
-    """CONTRIBUTING.md's `python -m testbed._needs list`: one line a requirement, present or not."""
+    """CONTRIBUTING.md's `python -m testbed needs`: one line a requirement, present or not."""
     cp = subprocess.run(
-        [sys.executable, "-m", "testbed._needs", "list"], capture_output=True, text=True,
+        [sys.executable, "-m", "testbed", "needs"], capture_output=True, text=True,
         timeout=300, cwd=REPO, env={**os.environ, "PYTHONPATH": "tests"},
         stdin=subprocess.DEVNULL,
     )  # fmt: skip
