@@ -91,6 +91,20 @@ DEFAULT_RECHECK_AFTER = 30.0
 # or an unreachable address is looked up again on the next attempt (the pod may have moved).
 REFUSED_ADDRESS_REUSE = 5.0
 
+# OpenSSH 9.8+ sshd charges each source address for every connection that ends before
+# authentication (PerSourcePenalties noauth:1, i.e. 1 s) and refuses it once more than 15 s
+# are outstanding (min:15). A connection mpiwait closes before logging in (--check tcp, an
+# aborted handshake) is therefore followed by the next one to that host no sooner than this:
+# the outstanding charge then never grows past ~1 s, whatever the rate or the number of runs
+# (docs/ssh-settings.md, "Per-source penalties").
+UNAUTHENTICATED_SPACING = 1.5
+
+# How long a connection that sshd accepted is watched for the line sshd writes when it turns
+# a connection away at once ("Not allowed at this time"); sshd sends that, or its banner,
+# within milliseconds of accepting. A server that sends nothing by then is left to the
+# handshake (or, for --check tcp, counts as accepting, as it always did).
+DROP_NOTICE_WAIT = 0.25
+
 # Probes in flight at once (and the burst the probe-rate budget allows at the start). The budget
 # below needs rate x latency in flight: 200/s x a login of 20-100 ms is 4-20; 32 leaves room
 # for slow hosts (a black-holed one holds its slot for the connect timeout). More only makes

@@ -81,10 +81,12 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     sources = HostSources.from_settings(settings, environ)
     first = _read_first(settings, sources, reporter)
 
+    from mpiwait.modes.readycache import cache_dir
     from mpiwait.probe.attempt import prober_for
     from mpiwait.probe.lookup import lookup_pool
+    from mpiwait.probe.pace import Pacer
 
-    prober = prober_for(settings, lookup_pool(settings.parallel))
+    prober = prober_for(settings, lookup_pool(settings.parallel), Pacer(cache_dir(environ)))
     if settings.dry_run:
         print_plan(prober, first)
         if launch is not None:

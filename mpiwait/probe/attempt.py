@@ -17,16 +17,19 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from mpiwait.errors import InputError, PermanentError
 from mpiwait.openssh.config import SSHResolver, SSHTarget
 from mpiwait.probe.keys import HostKeyPolicy, IdentityCache
 from mpiwait.probe.lookup import LookupTimeout, Resolver, ResolverBusy, lookup_pool
-from mpiwait.probe.outcome import Outcome, Stage, Status
+from mpiwait.probe.outcome import PENALTY, Outcome, Stage, Status
+from mpiwait.probe.pace import Pacer
 from mpiwait.settings import (
     DEFAULT_CONNECT_TIMEOUT,
+    DROP_NOTICE_WAIT,
     REFUSED_ADDRESS_REUSE,
+    UNAUTHENTICATED_SPACING,
     Check,
     Settings,
 )
@@ -39,6 +42,12 @@ sys.modules.setdefault("invoke", None)
 
 READY = Outcome(Status.READY, Stage.READY, "ready")
 
+# What sshd writes before it closes a connection it turns away at once: OpenSSH 9.8+ for an
+# address under a PerSourcePenalties penalty and at MaxStartups alike, older releases only at
+# MaxStartups (sshd.c, drop_connection).
+_TURNED_AWAY = b"Not allowed at this time"
+_AT_MAX_STARTUPS = b"Exceeded MaxStartups"
+
 # paramiko logs every failed handshake (a silent or closing port, a socket we closed under its
 # reader thread) at ERROR, with a traceback. Without a handler of ours those records reach
 # logging's last-resort handler and land on stderr, among our own lines (and in the middle of
@@ -47,8 +56,14 @@ READY = Outcome(Status.READY, Stage.READY, "ready")
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
-def _retry(stage: Stage, reason: str, detail: str) -> Outcome:
-    return Outcome(Status.RETRY, stage, reason, detail)
+def _retry(stage: Stage, reason: str, detail: str, pace: float = 0.0) -> Outcome:
+    return Outcome(Status.RETRY, stage, reason, detail, pace=pace)
+
+
+def _unauthenticated(outcome: Outcome) -> Outcome:
+    """``outcome`` of a connection sshd may have accepted and we closed before authenticating:
+    the next one to that host waits UNAUTHENTICATED_SPACING (docs/ssh-settings.md, penalties)."""
+    return replace(outcome, pace=max(outcome.pace, UNAUTHENTICATED_SPACING))
 
 
 @dataclass(frozen=True)
@@ -69,8 +84,10 @@ class Prober:
         identities: IdentityCache | None = None,
         host_keys: HostKeyPolicy | None = None,
         lookups: Resolver | None = None,
+        pacer: Pacer | None = None,
     ) -> None:
         self._config = config
+        self._pacer = pacer or Pacer(None)
         self._resolver = resolver
         self._identities = identities or IdentityCache()
         self._host_keys = host_keys or HostKeyPolicy()
@@ -139,6 +156,8 @@ class Prober:
                 return _lookup_failed(exc, target.address, timeout)
         if self._config.check is Check.DNS:
             return READY
+        if self._config.check is Check.TCP:
+            return self._tcp(host, infos, looked_up, timeout)
         sock, failure = _connect(infos, timeout)
         if sock is None:
             assert failure is not None
@@ -147,14 +166,40 @@ class Prober:
                 with self._lock:
                     self._refused[host] = (looked_up, infos)
             return failure
-        with contextlib.suppress(OSError), self._lock:
-            self._local[host] = sock.getsockname()[0]
+        self._accepted(host, sock)
         try:
-            if self._config.check is Check.TCP:
-                return READY
-            return self._login(sock, target, timeout)
+            turned_away = _turned_away(sock, min(timeout, DROP_NOTICE_WAIT))
+            if turned_away is not None:
+                return turned_away
+            outcome = self._login(sock, target, timeout)
         finally:
             sock.close()
+        if outcome.status is Status.RETRY and outcome.reason != "remote-command":
+            return _unauthenticated(outcome)
+        return outcome
+
+    def _accepted(self, host: str, sock: socket.socket) -> None:
+        with contextlib.suppress(OSError), self._lock:
+            self._local[host] = sock.getsockname()[0]
+
+    def _tcp(self, host: str, infos: list, looked_up: float, timeout: float) -> Outcome:
+        """--check tcp: the port accepts and sshd does not turn the connection away at once.
+        Connect-only, so every connection ends before authentication: each address is
+        connected to at most once per UNAUTHENTICATED_SPACING, across runs too (Pacer)."""
+        with self._pacer.turn(infos):
+            sock, failure = _connect(infos, timeout)
+            if sock is None:
+                assert failure is not None
+                if failure.reason == "refused":
+                    with self._lock:
+                        self._refused[host] = (looked_up, infos)
+                return failure
+            self._accepted(host, sock)
+            try:
+                turned_away = _turned_away(sock, min(timeout, DROP_NOTICE_WAIT))
+            finally:
+                sock.close()
+        return _unauthenticated(turned_away) if turned_away is not None else READY
 
     def _login(self, sock: socket.socket, target: SSHTarget, timeout: float) -> Outcome:
         import paramiko
@@ -278,6 +323,46 @@ class Prober:
         return READY
 
 
+def _turned_away(sock: socket.socket, wait: float) -> Outcome | None:
+    """The outcome when sshd turns the connection away before its banner, else None.
+
+    Peeks (reads nothing) at what the server sent within ``wait`` seconds: sshd sends its
+    banner, or the line of a dropped connection, at once after accepting; a server that waits
+    for the client's banner first, or is slow, is left to the handshake (None).
+    """
+    try:
+        sock.settimeout(wait)
+        first = sock.recv(len(_TURNED_AWAY), socket.MSG_PEEK)
+    except TimeoutError:
+        return None
+    except OSError:
+        first = b""  # reset: as closed
+    finally:
+        with contextlib.suppress(OSError):
+            sock.settimeout(None)
+    if not first:
+        return _retry(
+            Stage.SSH,
+            "closed",
+            "connection closed before the SSH banner; is sshd at its MaxStartups limit?",
+        )
+    if first.startswith(b"SSH-") or b"SSH-".startswith(first):
+        return None
+    if _TURNED_AWAY.startswith(first):
+        return _retry(
+            Stage.SSH,
+            PENALTY,
+            'sshd turned this address away before its banner ("Not allowed at this time"): '
+            "a PerSourcePenalties penalty on it (OpenSSH 9.8+, after failed logins or "
+            "connections closed before authenticating; sshd's log says "
+            '"drop connection ... penalty: <why>"), or sshd is at its MaxStartups limit',
+            pace=UNAUTHENTICATED_SPACING,
+        )
+    if _AT_MAX_STARTUPS.startswith(first):
+        return _retry(Stage.SSH, "closed", "sshd is at its MaxStartups limit")
+    return None  # other text before the banner: the handshake reads it
+
+
 def _before_banner(transport, exc: BaseException, timeout: float) -> Outcome | None:
     """The outcome when ``start_client`` failed before the server's SSH banner arrived, else
     None (the failure came later, in the key exchange).
@@ -371,7 +456,7 @@ def _oserror(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def prober_for(settings: Settings, lookups: Resolver) -> Prober:
+def prober_for(settings: Settings, lookups: Resolver, pacer: Pacer | None = None) -> Prober:
     """The prober for these settings: ssh settings resolved as OpenSSH would, then our
     overrides (-p, -l, -i, -F), and the stages up to --check."""
     resolver = SSHResolver(
@@ -384,4 +469,5 @@ def prober_for(settings: Settings, lookups: Resolver) -> Prober:
         ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command),
         resolver,
         lookups=lookups,
+        pacer=pacer,
     )

@@ -22,6 +22,11 @@ class Status(str, enum.Enum):
     FATAL = "fatal"  # answered, but in a way time will not fix (key rejected, host key mismatch)
 
 
+# The reason of an attempt that sshd turned away before its banner: its address is penalised
+# (PerSourcePenalties, OpenSSH 9.8+) or sshd is at MaxStartups; they say the same to a client.
+PENALTY = "penalty"
+
+
 @dataclass(frozen=True)
 class Outcome:
     """The result of one attempt at one host."""
@@ -31,3 +36,6 @@ class Outcome:
     reason: str  # short and stable ("refused", "timeout", ...): a change of it is worth a log line
     detail: str = ""  # for people: what exactly went wrong
     hint: str | None = None  # what to do about a FATAL outcome
+    # the least delay before the next attempt at this host (0: the schedule's own): one that
+    # reached sshd and ended before authenticating counts against sshd's per-source penalties
+    pace: float = 0.0

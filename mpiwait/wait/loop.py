@@ -25,11 +25,11 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from mpiwait.errors import Interrupted
-from mpiwait.probe.outcome import Outcome, Stage, Status
+from mpiwait.probe.outcome import PENALTY, Outcome, Stage, Status
 from mpiwait.settings import (
     BACKOFF_DOUBLING,
     BACKOFF_GRACE,
@@ -113,6 +113,7 @@ class _Track:
     since: float = 0.0  # when its current stretch of not being ready began
     passed_at: float = -math.inf  # when an attempt last passed
     rechecking: bool = False
+    rejected: Outcome | None = None  # the last rejected login of the current streak
 
     def state(self) -> HostState:
         return HostState(self.host, self.stage, self.reason, self.detail, self.attempts)
@@ -190,6 +191,10 @@ class _Loop:
         self.in_flight -= 1
         track.attempts += 1
         rechecked, track.rechecking = track.rechecking, False
+        if track.rejected is not None and outcome.reason == PENALTY:
+            # sshd penalises the address for the rejections themselves (PerSourcePenalties
+            # authfail): its drops continue the streak instead of waiting the penalty out
+            outcome = _penalised_after(track.rejected)
         changed = (outcome.stage, outcome.reason) != (track.stage, track.reason)
         track.stage, track.reason, track.detail = outcome.stage, outcome.reason, outcome.detail
         if outcome.status is Status.READY:
@@ -206,10 +211,12 @@ class _Loop:
         if outcome.status is Status.FATAL:
             track.fatal_streak += 1
             track.hint = outcome.hint
+            track.rejected = outcome if outcome.reason == "auth-rejected" else None
             if track.fatal_streak >= self.policy.permanent_after:
                 return track
         else:
             track.fatal_streak = 0
+            track.rejected = None
         if changed:
             self.emit(HostChanged(track.state(), now - self.started))
         wait = self.schedule.delay(
@@ -219,7 +226,7 @@ class _Loop:
             away=now - track.since,
             missing=len(self.tracks) - self.ready,
         )
-        self._schedule(host, now + wait)
+        self._schedule(host, now + max(wait, outcome.pace))
         return None
 
     def recheck(self, now: float) -> bool:
@@ -240,6 +247,13 @@ class _Loop:
             self.ready -= 1
             self._schedule(track.host, now)
         return True
+
+
+def _penalised_after(rejected: Outcome) -> Outcome:
+    """A rejected login's outcome, told that sshd now also turns the address away."""
+    note = "; sshd now turns this address away (PerSourcePenalties, for the failed logins)"
+    detail = rejected.detail if rejected.detail.endswith(note) else rejected.detail + note
+    return replace(rejected, detail=detail)
 
 
 def wait_for_hosts(
