@@ -39,8 +39,10 @@ A process: ``start(bed, args, command=...)`` runs ``python -m mpiwait`` there an
 Housekeeping: missing_requirements(flavour), cleanup_stale(), bed_names(prefix), bed_owner(name),
     write_in_place(path, text) (a bind-mounted file rewritten, never seen empty),
     unnamed_uid() (a uid with no passwd entry), BedError, ENV_TAG, STATE_ROOT, SSHD. Submodules
-    ``containers`` (a private dockerd and Debian base images: Engine) and ``leaks`` (the
-    session-end check of conftest.py).
+    ``containers`` (a private dockerd and Debian base images: Engine), ``releases`` (Debian's
+    OpenSSH releases in cached debootstrap roots, run under chroot: openssh_root(suite),
+    Release(suite).ssh(...); trixie's root has its sshd too) and ``leaks`` (the session-end
+    check of conftest.py).
 
 Inside (private, one job a module): the labs _netns (TestBed), _shared (ManyHosts), _loopbed,
     _loopback (Lab); what the namespace labs share: _namespaces (namespaces, veths, up/down),
@@ -51,7 +53,7 @@ Inside (private, one job a module): the labs _netns (TestBed), _shared (ManyHost
 
 from __future__ import annotations
 
-from . import _loopback, _namespaces, _registry, containers, leaks
+from . import _loopback, _namespaces, _registry, containers, leaks, releases
 from ._loopback import (
     Lab,
     Sshd,
@@ -124,6 +126,7 @@ __all__ = [
     "register_key",
     "register_secret",
     "related_pids",
+    "releases",
     "run",
     "start",
     "summary",
@@ -138,14 +141,17 @@ __all__ = [
 
 def missing_requirements(flavour: str = "netns") -> str | None:
     """Why a lab of ``flavour`` cannot run here (a sentence), or None when it can: "netns"
-    (TestBed, ManyHosts, LoopBed), "loopback" (Lab) or "containers" (containers.Engine)."""
+    (TestBed, ManyHosts, LoopBed), "loopback" (Lab), "containers" (containers.Engine) or
+    "releases" (releases.Release)."""
     if flavour == "netns":
         return _namespaces.missing_requirements()
     if flavour == "loopback":
         return _loopback.missing_requirements()
     if flavour == "containers":
         return containers.missing_requirements()
-    raise ValueError(f"unknown flavour {flavour!r}: netns, loopback or containers")
+    if flavour == "releases":
+        return releases.missing_requirements()
+    raise ValueError(f"unknown flavour {flavour!r}: netns, loopback, containers or releases")
 
 
 def cleanup_stale(
