@@ -1,0 +1,142 @@
+"""mpiwait against a default modern sshd: Debian 13's OpenSSH 10.0p2 with its own defaults
+(TestBed(sshd="trixie"): PerSourcePenalties ``crash:90 authfail:5 noauth:1 grace-exceeded:10
+... max:600 min:15``, MaxStartups 10:30:100, ML-KEM key exchange first), every other lab keeping
+its tuned sshd.
+
+sshd charges the launcher's address for each connection that ends before authentication (1 s)
+or after a failed one (5 s), and refuses the address ("Not allowed at this time", then close)
+once more than 15 s are outstanding; its log then says ``activating ipv4 penalty``. What a user
+would see is asserted: exit codes and lines of mpiwait, sshd's own log, and the launch's ssh,
+run after mpiwait exactly as mpirun runs it (BatchMode, one try): it fails at once while the
+address is refused. Figures behind the cases (issue 20, measured before the change): 20 runs of
+``--check tcp`` had the address refused for 16 s; ~19 aborted handshakes in 2 s (a short
+``--connect-timeout``) had it refused with mpiwait timing out; a wrong key then took ~26 s to
+exit 3 instead of 0.4 s, blaming MaxStartups.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+
+import pytest
+import testbed
+from conftest import requires_root_netns
+
+pytestmark = [pytest.mark.root, requires_root_netns]
+
+RUN_TIMEOUT = 90.0
+# Connections that end before authentication, back to back, that are sure to get an address
+# refused: 16 charged seconds activate the penalty (more than min:15), and the charges of one
+# burst outlast it by far (they expire one second each).
+BURST = 40
+
+
+@pytest.fixture
+def modern(bed):
+    def make(n: int = 2, **kw) -> testbed.TestBed:
+        b = bed(n, sshd="trixie", **kw)
+        assert b.sshd_build.version >= (10, 0), b.sshd_build
+        return b
+
+    return make
+
+
+def launch_ssh_works(b: testbed.TestBed) -> list[str]:
+    """Each host's answer to one ``ssh HOST true`` as mpirun's would be (BatchMode, one try);
+    empty when every host let it in."""
+    failed = []
+    for h in b.hosts:
+        r = b.run(b.ssh_argv(h.i, "true"), timeout=60)
+        if r.returncode != 0:
+            failed.append(f"{h.name}: exit {r.returncode}: {r.stderr.strip()}")
+    return failed
+
+
+def burst(b: testbed.TestBed, i: int, n: int = BURST) -> None:
+    """``n`` connections to worker i's sshd from the launcher's address, each closed before
+    authenticating (as a careless readiness probe makes them)."""
+    for _ in range(n):
+        with socket.create_connection((b.hosts[i].addr, b.hosts[i].port), timeout=10):
+            pass
+
+
+def test_check_tcp_run_again_and_again_never_gets_the_launcher_penalised(modern) -> None:
+    b = modern(2)
+    args = ["--hosts", ",".join(b.names), "--check", "tcp", "--timeout", "60"]
+    for _ in range(20):  # before: the address refused for 16 s after these
+        r = testbed.run(b, args, timeout=RUN_TIMEOUT)
+        assert r.returncode == 0, r
+    assert b.penalties() == []
+    assert launch_ssh_works(b) == []
+
+
+def test_a_short_connect_timeout_does_not_get_the_launcher_penalised(modern) -> None:
+    b = modern(1)
+    (w1,) = b.names
+    # Every handshake is cut short at 10 ms, before authentication; before: refused after ~19
+    # such attempts in 2 s, then every attempt (and ssh) turned away.
+    args = ["--hosts", w1, "--connect-timeout", "0.01", "--timeout", "8"]
+    r = testbed.run(b, args, timeout=RUN_TIMEOUT)
+    assert r.returncode in (0, 124), r
+    assert "penalty" not in r.stderr, r
+    assert b.penalties() == []
+    assert launch_ssh_works(b) == []
+
+
+def test_a_wrong_key_exits_3_at_once_and_so_does_the_recheck_naming_the_penalty(
+    modern, tmp_path: Path
+) -> None:
+    b = modern(1)
+    (w1,) = b.names
+    wrong = tmp_path / "id_wrong"
+    testbed.keygen(wrong)
+    args = ["--hosts", w1, "-i", str(wrong), "--timeout", "120"]
+    first = testbed.run(b, args, timeout=RUN_TIMEOUT)
+    assert first.returncode == 3, first
+    assert "Permission denied (publickey)" in first.stderr, first
+    # Three rejected logins are 15 s of authfail: not yet more than min:15, so not refused.
+    assert b.penalties() == [], first
+    # The user runs it again at once (or a launcher restarts): its first rejection tips the
+    # address over and sshd refuses it for ~20 s, which mpiwait cannot avoid with a wrong key.
+    t0 = time.monotonic()
+    second = testbed.run(b, args, timeout=RUN_TIMEOUT)
+    took = time.monotonic() - t0
+    assert second.returncode == 3, second
+    assert b.penalties() != [], second
+    assert "Permission denied (publickey)" in second.stderr, second
+    assert "PerSourcePenalties" in second.stderr, second
+    assert "MaxStartups" not in second.stderr, second
+    # It counted the refusals with the rejections instead of waiting the penalty out (before:
+    # ~26 s); the bound is far above a run here and below the penalty's least length.
+    assert took < 15, (took, second)
+
+
+def test_a_penalised_launcher_is_never_ready_and_is_told_why(modern) -> None:
+    b = modern(1)
+    (w1,) = b.names
+    burst(b, 0)  # another client on the launcher's address had it penalised
+    # sshd charges a connection when its session process exits, a moment after the close
+    testbed.wait_until(b.penalties, 30, "sshd to activate a penalty")
+    assert launch_ssh_works(b) != []  # the launch's ssh would be turned away now
+    for check in ("tcp", "ssh"):
+        args = ["--hosts", w1, "--check", check, "--timeout", "3"]
+        r = testbed.run(b, args, timeout=RUN_TIMEOUT)
+        assert r.returncode == 124, r
+        assert "ssh penalty" in r.stderr and "PerSourcePenalties" in r.stderr, r
+
+
+def test_list_ready_every_second_for_a_minute_keeps_the_launcher_welcome(modern) -> None:
+    b = modern(2)
+    args = ["--list-ready", "--hosts", ",".join(b.names)]
+    start = time.monotonic()
+    calls = 0
+    while time.monotonic() - start < 60:  # as horovodrun calls its discovery script
+        r = testbed.run(b, args, timeout=RUN_TIMEOUT)
+        assert r.returncode == 0, r
+        assert r.stdout.split() == b.names, r
+        calls += 1
+        time.sleep(max(0.0, start + calls - time.monotonic()))
+    assert b.penalties() == []
+    assert launch_ssh_works(b) == []
