@@ -22,7 +22,7 @@ import pytest
 from mpiwait.probe.attempt import prober_for
 from mpiwait.probe.lookup import lookup_pool
 from mpiwait.probe.outcome import Stage, Status
-from mpiwait.settings import Settings
+from mpiwait.settings import Check, Settings
 
 TIMEOUT = 1.0  # the per-stage timeout of the probe; only the silent server waits it out
 
@@ -40,6 +40,22 @@ def reset(conn: socket.socket, _: threading.Event) -> None:
 
 
 def silent(conn: socket.socket, done: threading.Event) -> None:
+    done.wait(30)
+    conn.close()
+
+
+def turned_away(conn: socket.socket, _: threading.Event) -> None:
+    conn.sendall(b"Not allowed at this time\r\n")  # OpenSSH 9.8+: penalty or MaxStartups
+    conn.close()
+
+
+def exceeded_max_startups(conn: socket.socket, _: threading.Event) -> None:
+    conn.sendall(b"Exceeded MaxStartups\r\n")  # OpenSSH before 9.8
+    conn.close()
+
+
+def banner_then_silence(conn: socket.socket, done: threading.Event) -> None:
+    conn.sendall(b"SSH-2.0-OpenSSH_10.0p2 Debian-7\r\n")
     done.wait(30)
     conn.close()
 
@@ -78,11 +94,11 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def probe(port: int, key: Path, tmp_path: Path):
+def probe(port: int, key: Path, tmp_path: Path, check: Check = Check.SSH):
     config = tmp_path / "ssh_config"
     config.write_text("")
     settings = Settings(
-        ssh_config=config, port=port, identity_files=(key,), connect_timeout=TIMEOUT
+        ssh_config=config, port=port, identity_files=(key,), connect_timeout=TIMEOUT, check=check
     )
     return prober_for(settings, lookup_pool(1)).attempt("127.0.0.1")
 
@@ -94,6 +110,8 @@ def probe(port: int, key: Path, tmp_path: Path):
         (reset, "closed"),
         (silent, "no-banner"),
         (banner_then_close, "handshake"),
+        (turned_away, "penalty"),
+        (exceeded_max_startups, "closed"),
     ],
 )
 def test_probe_tells_where_the_handshake_stopped(
@@ -104,6 +122,30 @@ def test_probe_tells_where_the_handshake_stopped(
     assert (outcome.status, outcome.stage, outcome.reason) == (Status.RETRY, Stage.SSH, reason)
     if reason == "closed":
         assert "MaxStartups" in outcome.detail
+    if reason == "penalty":
+        assert "PerSourcePenalties" in outcome.detail
+    if reason != "closed":
+        # a connection that sshd handed to a session process and we closed before
+        # authenticating is charged to our address by OpenSSH 9.8+: the next one waits (one
+        # closed before the banner never reached a session process: sshd drops those itself)
+        assert outcome.pace >= 1.0
+
+
+@pytest.mark.parametrize(
+    ("behave", "status", "reason"),
+    [
+        (banner_then_silence, Status.READY, "ready"),
+        (silent, Status.READY, "ready"),  # a port that accepts, as --check tcp always took it
+        (turned_away, Status.RETRY, "penalty"),
+        (close_at_once, Status.RETRY, "closed"),
+    ],
+)
+def test_check_tcp_takes_a_port_sshd_turns_away_for_not_ready(
+    key: Path, tmp_path: Path, behave: Callable, status: Status, reason: str
+) -> None:
+    with server(behave) as port:
+        outcome = probe(port, key, tmp_path, Check.TCP)
+    assert (outcome.status, outcome.reason) == (status, reason)
 
 
 def test_paramiko_still_says_a_close_before_the_banner_the_way_probes_reads_it() -> None:

@@ -477,3 +477,38 @@ def test_an_envelope_set_by_hand_is_plain_full_jitter_backoff_as_before():
     assert all(gap <= 2.0 + 0.01 + 1e-9 for gap in gaps)
     assert min(gaps) < 0.02  # full jitter reaches below the floors
     assert 60 < len(times) < 400
+
+
+# --- per-source penalties (OpenSSH 9.8+) ----------------------------------------------------
+
+PENALISED = Outcome(Status.RETRY, Stage.SSH, "penalty", "Not allowed at this time", pace=1.5)
+ABORTED = Outcome(Status.RETRY, Stage.SSH, "no-banner", "no SSH banner", pace=1.5)
+
+
+def test_an_attempt_ended_before_authentication_is_followed_no_sooner_than_its_pace():
+    result, _, runner = run(["a"], lambda h, t: ABORTED, timeout=30)
+    assert result.end is End.TIMEOUT
+    times = [t for t, _ in runner.starts]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert min(gaps) >= 1.5  # the floor alone (0.1 s) would try it ~10 times a second
+    assert len(times) <= 30 / 1.5 + 1
+
+
+def test_drops_after_a_rejected_key_continue_the_rejections_and_say_why():
+    # rejected, then sshd refuses the address for the rejection (authfail): exit as for three
+    # rejections, soon, instead of waiting the penalty (>= 15 s) out
+    result, _, runner = run(["a"], lambda h, t: REJECTED if t < 0.02 else PENALISED)
+    assert result.end is End.PERMANENT
+    assert len(runner.starts) == 3
+    assert result.elapsed < 15
+    assert result.failed is not None and result.failed.reason == "auth-rejected"
+    assert "Permission denied" in result.failed.detail
+    assert "PerSourcePenalties" in result.failed.detail
+    assert result.hint == "fix keys"
+
+
+def test_drops_without_a_rejection_are_waited_out():
+    # penalised by something else (another client, an earlier run): time fixes it
+    result, _, _ = run(["a"], lambda h, t: READY if t > 20 else PENALISED)
+    assert result.end is End.READY
+    assert result.elapsed > 20
