@@ -91,13 +91,14 @@ DEFAULT_RECHECK_AFTER = 30.0
 # or an unreachable address is looked up again on the next attempt (the pod may have moved).
 REFUSED_ADDRESS_REUSE = 5.0
 
-# OpenSSH 9.8+ sshd charges each source address for every connection that ends before
-# authentication (PerSourcePenalties noauth:1, i.e. 1 s) and refuses it once more than 15 s
-# are outstanding (min:15). A connection mpiwait closes before logging in (--check tcp, an
-# aborted handshake) is therefore followed by the next one to that host no sooner than this:
-# the outstanding charge then never grows past ~1 s, whatever the rate or the number of runs
-# (docs/ssh-settings.md, "Per-source penalties").
-UNAUTHENTICATED_SPACING = 1.5
+# OpenSSH 9.8+ sshd charges a source address 1 s for each connection that ends before
+# authentication (PerSourcePenalties noauth:1), lets the charges run down in real time and
+# refuses the address once more than 15 s are outstanding (min:15). mpiwait keeps the same
+# account for the connections it closes before logging in (--check tcp, a handshake cut short)
+# and holds it at or below the budget: a burst of 5 at once, then one a second per host. A
+# third of the 15 s leaves the rest to other clients of the same address (docs/ssh-settings.md).
+NOAUTH_CHARGE = 1.0
+NOAUTH_BUDGET = 5.0
 
 # How long a connection that sshd accepted is watched for the line sshd writes when it turns
 # a connection away at once ("Not allowed at this time"); sshd sends that, or its banner,

@@ -24,12 +24,12 @@ from mpiwait.openssh.config import SSHResolver, SSHTarget
 from mpiwait.probe.keys import HostKeyPolicy, IdentityCache
 from mpiwait.probe.lookup import LookupTimeout, Resolver, ResolverBusy, lookup_pool
 from mpiwait.probe.outcome import PENALTY, Outcome, Stage, Status
-from mpiwait.probe.pace import Pacer
+from mpiwait.probe.pace import Pacer, address_key
 from mpiwait.settings import (
     DEFAULT_CONNECT_TIMEOUT,
     DROP_NOTICE_WAIT,
+    NOAUTH_CHARGE,
     REFUSED_ADDRESS_REUSE,
-    UNAUTHENTICATED_SPACING,
     Check,
     Settings,
 )
@@ -56,14 +56,8 @@ _AT_MAX_STARTUPS = b"Exceeded MaxStartups"
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
-def _retry(stage: Stage, reason: str, detail: str, pace: float = 0.0) -> Outcome:
-    return Outcome(Status.RETRY, stage, reason, detail, pace=pace)
-
-
-def _unauthenticated(outcome: Outcome) -> Outcome:
-    """``outcome`` of a connection sshd may have accepted and we closed before authenticating:
-    the next one to that host waits UNAUTHENTICATED_SPACING (docs/ssh-settings.md, penalties)."""
-    return replace(outcome, pace=max(outcome.pace, UNAUTHENTICATED_SPACING))
+def _retry(stage: Stage, reason: str, detail: str) -> Outcome:
+    return Outcome(Status.RETRY, stage, reason, detail)
 
 
 @dataclass(frozen=True)
@@ -167,6 +161,7 @@ class Prober:
                     self._refused[host] = (looked_up, infos)
             return failure
         self._accepted(host, sock)
+        peer = _peer(sock)
         try:
             turned_away = _turned_away(sock, min(timeout, DROP_NOTICE_WAIT))
             if turned_away is not None:
@@ -175,7 +170,8 @@ class Prober:
         finally:
             sock.close()
         if outcome.status is Status.RETRY and outcome.reason != "remote-command":
-            return _unauthenticated(outcome)
+            # closed before authenticating, after sshd handed it to a session process
+            return replace(outcome, pace=self._pacer.charge(peer))
         return outcome
 
     def _accepted(self, host: str, sock: socket.socket) -> None:
@@ -184,8 +180,8 @@ class Prober:
 
     def _tcp(self, host: str, infos: list, looked_up: float, timeout: float) -> Outcome:
         """--check tcp: the port accepts and sshd does not turn the connection away at once.
-        Connect-only, so every connection ends before authentication: each address is
-        connected to at most once per UNAUTHENTICATED_SPACING, across runs too (Pacer)."""
+        Connect-only, so every connection ends before authentication and takes its turn in
+        the address's account, across runs too (probe/pace.py)."""
         with self._pacer.turn(infos):
             sock, failure = _connect(infos, timeout)
             if sock is None:
@@ -199,7 +195,7 @@ class Prober:
                 turned_away = _turned_away(sock, min(timeout, DROP_NOTICE_WAIT))
             finally:
                 sock.close()
-        return _unauthenticated(turned_away) if turned_away is not None else READY
+        return turned_away or READY
 
     def _login(self, sock: socket.socket, target: SSHTarget, timeout: float) -> Outcome:
         import paramiko
@@ -349,15 +345,16 @@ def _turned_away(sock: socket.socket, wait: float) -> Outcome | None:
     if first.startswith(b"SSH-") or b"SSH-".startswith(first):
         return None
     if _TURNED_AWAY.startswith(first):
-        return _retry(
+        penalised = _retry(
             Stage.SSH,
             PENALTY,
             'sshd turned this address away before its banner ("Not allowed at this time"): '
             "a PerSourcePenalties penalty on it (OpenSSH 9.8+, after failed logins or "
             "connections closed before authenticating; sshd's log says "
             '"drop connection ... penalty: <why>"), or sshd is at its MaxStartups limit',
-            pace=UNAUTHENTICATED_SPACING,
         )
+        # sshd drops these itself, uncharged; once a second is enough while it lasts (>= 15 s)
+        return replace(penalised, pace=NOAUTH_CHARGE)
     if _AT_MAX_STARTUPS.startswith(first):
         return _retry(Stage.SSH, "closed", "sshd is at its MaxStartups limit")
     return None  # other text before the banner: the handshake reads it
@@ -448,6 +445,14 @@ def _connect(infos: list, timeout: float) -> tuple[socket.socket | None, Outcome
             return sock, None
         sock.close()
     return None, failure or _retry(Stage.DNS, "unresolved", "no address")
+
+
+def _peer(sock: socket.socket) -> str:
+    """The account (probe/pace.py) of the address ``sock`` is connected to."""
+    try:
+        return address_key(sock.getpeername())
+    except OSError:
+        return "-"
 
 
 def _oserror(exc: BaseException) -> str:

@@ -1,15 +1,23 @@
-"""Connections that end before authentication, spaced per SSH address across runs.
+"""The charge OpenSSH 9.8+ sshd holds against this launcher's address, as mpiwait's own
+connections add it up, so that they never get the address refused.
 
-``--check tcp`` connects and closes without logging in; OpenSSH 9.8+ sshd charges the
-launcher's address 1 s for each such connection and refuses it once more than 15 s are
-outstanding. One run connects to a ready host once, but a script that runs mpiwait every
-second (a readiness probe, a discovery loop) would add up. So each connect-only attempt takes
-its turn at an address: it waits until UNAUTHENTICATED_SPACING has passed since the last
-connect-only attempt at that address, by this run or another of this uid. The turns are small
-files ``pace-<address>-<port>`` (holding the CLOCK_MONOTONIC time of the last turn, which every
-process of the machine shares) in the private directory of readycache.py, locked while a turn
-runs. Where no such directory is usable,
-turns are spaced within this run only.
+sshd charges a source address 1 s (``PerSourcePenalties noauth:1``) for each connection its
+session process saw end before authentication, lets the charges run down in real time, and
+refuses the address once more than 15 s are outstanding (``min:15``; srclimit.c). A connection
+mpiwait closes before logging in (``--check tcp``, a handshake cut by ``--connect-timeout``)
+is such a connection. The Pacer keeps the same account per SSH address (``address-port``):
+each such close adds NOAUTH_CHARGE, time runs it down, and the next connection to the address
+waits while the account is above NOAUTH_BUDGET - NOAUTH_CHARGE. So a burst of up to
+NOAUTH_BUDGET connections goes at once, then one a second: the account, and sshd's, stays at
+or below NOAUTH_BUDGET, a third of what activates a penalty (docs/ssh-settings.md).
+
+Within a run the account lives in memory and a wait is handed to the schedule
+(``Outcome.pace``). ``--check tcp`` is connect-only and is what scripts run every second
+(readiness probes, discovery loops), so its accounts also outlive the run: one small file per
+address, ``pace-<address>-<port>`` ("<CLOCK_MONOTONIC time> <charge>"; every process of the
+machine shares that clock), in readycache.py's private directory, locked while a connection
+runs; its wait is slept before connecting. Where no such directory is usable, the account is
+this run's only.
 """
 
 from __future__ import annotations
@@ -19,37 +27,67 @@ import fcntl
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
-from mpiwait.settings import UNAUTHENTICATED_SPACING
+from mpiwait.settings import NOAUTH_BUDGET, NOAUTH_CHARGE
+
+
+def address_key(peer: tuple) -> str:
+    """The account of a connected peer (``getpeername()``), usable as a file name."""
+    return f"{peer[0]}-{peer[1]}".replace("/", "_")
 
 
 class Pacer:
-    def __init__(self, directory: str | None, spacing: float = UNAUTHENTICATED_SPACING) -> None:
+    """Accounts per SSH address; safe to use from many threads at once."""
+
+    def __init__(
+        self,
+        directory: str | None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self._directory = directory
-        self._spacing = spacing
-        self._last: dict[str, float] = {}  # this run's turns, where no directory is usable
+        self._clock = clock
+        self._sleep = sleep
+        self._accounts: dict[str, tuple[float, float]] = {}  # key -> (when, charge then)
         self._lock = threading.Lock()
+
+    def charge(self, key: str) -> float:
+        """Add one connection closed before authentication to ``key``'s account now; return
+        how long the next connection to it must wait."""
+        now = self._clock()
+        with self._lock:
+            owed = _run_down(self._accounts.get(key), now) + NOAUTH_CHARGE
+            self._accounts[key] = (now, owed)
+        return _wait(owed)
 
     @contextlib.contextmanager
     def turn(self, infos: list) -> Iterator[None]:
-        """Wait for this address's turn, hold it while the body connects, then mark it."""
-        address, port = infos[0][4][:2] if infos else ("", 0)
-        key = f"{address}-{port}".replace("/", "_")
+        """A connect-only attempt at the first address of ``infos``: wait while its account
+        (this run's and, through its file, earlier runs') is too high, hold it while the body
+        connects, then charge it."""
+        key = address_key(infos[0][4]) if infos else "-"
         fd = self._open(key)
         try:
-            last = self._last_turn(key, fd)
-            wait = last + self._spacing - time.monotonic()
-            if wait > 0:
-                time.sleep(min(wait, self._spacing))
-            yield
-        finally:
-            now = time.monotonic()
+            now = self._clock()
             with self._lock:
-                self._last[key] = now
+                owed = _run_down(self._accounts.get(key), now)
+            if fd is not None:
+                owed = max(owed, _run_down(_read(fd), now))
+            wait = _wait(owed)
+            if wait > 0:
+                self._sleep(wait)
+            yield
+            then, now = now, self._clock()
+            owed = _run_down((then, owed), now) + NOAUTH_CHARGE
+            with self._lock:
+                self._accounts[key] = (now, owed)
             if fd is not None:
                 with contextlib.suppress(OSError):
-                    os.pwrite(fd, f"{now:.3f}\n".encode(), 0)
+                    os.pwrite(fd, f"{now:.3f} {owed:.3f}\n".ljust(32).encode(), 0)
+        finally:
+            if fd is not None:
                 os.close(fd)  # releases the lock
 
     def _open(self, key: str) -> int | None:
@@ -67,10 +105,25 @@ class Pacer:
             return None
         return fd
 
-    def _last_turn(self, key: str, fd: int | None) -> float:
-        with self._lock:
-            last = self._last.get(key, 0.0)
-        if fd is not None:
-            with contextlib.suppress(OSError, ValueError):
-                last = max(last, float(os.pread(fd, 32, 0) or b"0"))
-        return last
+
+def _run_down(account: tuple[float, float] | None, now: float) -> float:
+    """What an account (when, charge then) still holds ``now``; one from the future (a
+    file kept across a reboot) holds nothing."""
+    if account is None or account[0] > now:
+        return 0.0
+    when, owed = account
+    return max(0.0, owed - (now - when))
+
+
+def _wait(owed: float) -> float:
+    """How long the next connection must wait, with ``owed`` outstanding now, for the account
+    to stay within the budget once that connection is charged too (never longer than the
+    budget takes to run down, whatever a file says)."""
+    return min(max(0.0, owed + NOAUTH_CHARGE - NOAUTH_BUDGET), NOAUTH_BUDGET)
+
+
+def _read(fd: int) -> tuple[float, float] | None:
+    with contextlib.suppress(OSError, ValueError):
+        when, owed = os.pread(fd, 64, 0).split()[:2]
+        return float(when), float(owed)
+    return None
