@@ -28,11 +28,12 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from mpiwait.settings import NOAUTH_BUDGET, NOAUTH_CHARGE
 
 
-def address_key(peer: tuple) -> str:
+def address_key(peer: tuple[Any, ...]) -> str:
     """The account of a connected peer (``getpeername()``), usable as a file name."""
     return f"{peer[0]}-{peer[1]}".replace("/", "_")
 
@@ -63,7 +64,7 @@ class Pacer:
         return _wait(owed)
 
     @contextlib.contextmanager
-    def turn(self, infos: list) -> Iterator[None]:
+    def turn(self, infos: list[tuple[Any, ...]]) -> Iterator[None]:
         """A connect-only attempt at the first address of ``infos``: wait while its account
         (this run's and, through its file, earlier runs') is too high, hold it while the body
         connects, then charge it."""
