@@ -8,6 +8,9 @@ Labs (each a context manager; ``down()``/``close()`` leaves nothing behind):
                               hostname and address; Open MPI and MPICH run across it
                               (``openmpi_argv``, ``mpich_argv``). Hosts are ``bed.hosts[i]``
                               (WorkerHost: name, addr, ns, veth, sshd_config, ...).
+                              ``sshd="trixie"``: Debian 13's sshd 10.0p2 with its own defaults
+                              (PerSourcePenalties on) instead of the machine's tuned one;
+                              ``bed.penalties()`` lists its log's penalty activations.
     ManyHosts(n, workdir=...) hundreds of hosts as addresses of ONE namespace, one sshd; each
                               host "up", "refuse", "drop" or "stall" via set_states().
     LoopBed(n, workdir)       thousands of hosts as 127.1.x.y of one namespace (benchmarks).
