@@ -17,22 +17,21 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from mpiwait.errors import InputError, PermanentError
-from mpiwait.openssh.config import SSHResolver, SSHTarget
+from mpiwait.openssh.config import SSHConfig, SSHTarget
 from mpiwait.probe.keys import HostKeyPolicy, IdentityCache
-from mpiwait.probe.lookup import LookupTimeout, Resolver, ResolverBusy, lookup_pool
-from mpiwait.probe.outcome import PENALTY, Outcome, Stage, Status
+from mpiwait.probe.lookup import LookupPool, LookupTimeout, ResolverBusy
+from mpiwait.probe.outcome import PENALTY, Outcome, Reached, Stage, Status
 from mpiwait.probe.pace import Pacer, address_key
 from mpiwait.settings import (
-    DEFAULT_CONNECT_TIMEOUT,
     DROP_NOTICE_WAIT,
     NOAUTH_CHARGE,
     REFUSED_ADDRESS_REUSE,
     Check,
-    Settings,
+    ProbeOptions,
 )
 
 if TYPE_CHECKING:
@@ -69,63 +68,42 @@ def _retry(stage: Stage, reason: str, detail: str) -> Outcome:
     return Outcome(Status.RETRY, stage, reason, detail)
 
 
-@dataclass(frozen=True)
-class ProbeConfig:
-    check: Check
-    connect_timeout: float | None  # None: the ssh config's ConnectTimeout, else the default
-    remote_command: str | None = None
-
-
 class Prober:
     """Runs attempts; safe to call from many threads at once."""
 
     def __init__(
         self,
-        config: ProbeConfig,
-        resolver: SSHResolver,
+        options: ProbeOptions,
+        ssh: SSHConfig,
+        lookups: LookupPool,
         *,
         identities: IdentityCache | None = None,
         host_keys: HostKeyPolicy | None = None,
-        lookups: Resolver | None = None,
         pacer: Pacer | None = None,
     ) -> None:
-        self._config = config
+        self._options = options
         self._pacer = pacer or Pacer(None)
-        self._resolver = resolver
+        self._ssh = ssh
         self._identities = identities or IdentityCache()
         self._host_keys = host_keys or HostKeyPolicy()
-        self._lookups = lookups or lookup_pool(1)
+        self._lookups = lookups
         self._targets: dict[str, SSHTarget] = {}
         # host -> (when looked up, getaddrinfo's answer), kept while its SSH port refuses
         self._refused: dict[str, tuple[float, list[AddrInfo]]] = {}
-        # host -> this machine's address of its last accepted connect: the launch learns from
-        # it the interface that routes to the workers (launch/handover.py)
-        self._local: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    @property
-    def resolver(self) -> SSHResolver:
-        """How each host's ssh settings are found (the start notes read it too)."""
-        return self._resolver
-
     def target(self, host: str) -> SSHTarget:
+        """The host's ssh settings, as OpenSSH resolves them (once per host)."""
         with self._lock:
             target = self._targets.get(host)
         if target is None:
-            target = self._resolver.resolve(host)
+            target = self._ssh.resolve(host)
             with self._lock:
                 self._targets[host] = target
         return target
 
-    def local_addresses(self) -> dict[str, str]:
-        """host -> the local address its SSH port accepted a connect from."""
-        with self._lock:
-            return dict(self._local)
-
     def timeout_for(self, target: SSHTarget) -> float:
-        if self._config.connect_timeout is not None:
-            return self._config.connect_timeout
-        return target.connect_timeout or DEFAULT_CONNECT_TIMEOUT
+        return self._options.timeout(target.connect_timeout)
 
     def preflight(self, hosts: tuple[str, ...]) -> None:
         """Fail now, not after minutes of waiting, on settings and key files that cannot work.
@@ -134,12 +112,14 @@ class Prober:
         would refuse for a host (InputError, exit 2) must stop mpiwait before it waits.
         """
         targets = [self.target(host) for host in hosts]
-        if self._config.check is not Check.SSH:
+        if self._options.check is not Check.SSH:
             return
         for target in targets:
             self._identities.get(target.identity_files, defaults=target.identities_default)
 
-    def attempt(self, host: str) -> Outcome:
+    def attempt(self, host: str, *, name_only: bool = False) -> Outcome:
+        """One attempt at ``host``, up to the check (``name_only``: its name must resolve,
+        for an entry naming this machine, which runs no sshd)."""
         try:
             target = self.target(host)
         except InputError as exc:
@@ -157,20 +137,15 @@ class Prober:
                 infos = self._lookups.resolve(target.address, target.port, timeout)
             except (LookupTimeout, ResolverBusy, socket.gaierror, UnicodeError) as exc:
                 return _lookup_failed(exc, target.address, timeout)
-        if self._config.check is Check.DNS:
-            return READY
-        if self._config.check is Check.TCP:
-            return self._tcp(host, infos, looked_up, timeout)
+        check = Check.DNS if name_only else self._options.check
+        if check is Check.DNS:
+            return _ready(target, infos, "")
+        if check is Check.TCP:
+            return self._tcp(host, target, (looked_up, infos), timeout)
         sock, failure = _connect(infos, timeout)
         if sock is None:
-            assert failure is not None
-            if failure.reason == "refused":
-                # The address answered: the pod is there, its sshd is not listening yet.
-                with self._lock:
-                    self._refused[host] = (looked_up, infos)
-            return failure
-        self._accepted(host, sock)
-        peer = _peer(sock)
+            return self._not_connected(host, failure, (looked_up, infos))
+        local, peer = _ends(sock)
         try:
             turned_away = _turned_away(sock, min(timeout, DROP_NOTICE_WAIT))
             if turned_away is not None:
@@ -178,33 +153,41 @@ class Prober:
             outcome = self._login(sock, target, timeout)
         finally:
             sock.close()
+        if outcome is READY:
+            return _ready(target, infos, local)
         if outcome.status is Status.RETRY and outcome.reason != "remote-command":
             # closed before authenticating, after sshd handed it to a session process
             return replace(outcome, pace=self._pacer.charge(peer))
         return outcome
 
-    def _accepted(self, host: str, sock: socket.socket) -> None:
-        with contextlib.suppress(OSError), self._lock:
-            self._local[host] = sock.getsockname()[0]
+    def _not_connected(
+        self, host: str, failure: Outcome | None, lookup: tuple[float, list[AddrInfo]]
+    ) -> Outcome:
+        assert failure is not None
+        if failure.reason == "refused":
+            # The address answered: the pod is there, its sshd is not listening yet.
+            with self._lock:
+                self._refused[host] = lookup
+        return failure
 
-    def _tcp(self, host: str, infos: list[AddrInfo], looked_up: float, timeout: float) -> Outcome:
+    def _tcp(
+        self, host: str, target: SSHTarget, lookup: tuple[float, list[AddrInfo]], timeout: float
+    ) -> Outcome:
         """--check tcp: the port accepts and sshd does not turn the connection away at once.
         Connect-only, so every connection ends before authentication and takes its turn in
         the address's account, across runs too (probe/pace.py)."""
-        with self._pacer.turn(infos):
+        infos = lookup[1]
+        with self._pacer.turn(infos) as charge:
             sock, failure = _connect(infos, timeout)
             if sock is None:
-                assert failure is not None
-                if failure.reason == "refused":
-                    with self._lock:
-                        self._refused[host] = (looked_up, infos)
-                return failure
-            self._accepted(host, sock)
+                return self._not_connected(host, failure, lookup)
+            charge()
+            local, _ = _ends(sock)
             try:
                 turned_away = _turned_away(sock, min(timeout, DROP_NOTICE_WAIT))
             finally:
                 sock.close()
-        return turned_away or READY
+        return turned_away or _ready(target, infos, local)
 
     def _login(self, sock: socket.socket, target: SSHTarget, timeout: float) -> Outcome:
         import paramiko
@@ -229,8 +212,8 @@ class Prober:
             )
             if failed is not None:
                 return failed
-            if self._config.remote_command:
-                return self._run_remote(transport, self._config.remote_command, timeout)
+            if self._options.remote_command:
+                return self._run_remote(transport, self._options.remote_command, timeout)
             return READY
         except (paramiko.SSHException, EOFError, OSError) as exc:
             return _retry(Stage.SSH, "handshake", f"SSH session failed: {_oserror(exc)}")
@@ -462,12 +445,14 @@ def _connect(infos: list[AddrInfo], timeout: float) -> tuple[socket.socket | Non
     return None, failure or _retry(Stage.DNS, "unresolved", "no address")
 
 
-def _peer(sock: socket.socket) -> str:
-    """The account (probe/pace.py) of the address ``sock`` is connected to."""
-    try:
-        return address_key(sock.getpeername())
-    except OSError:
-        return "-"
+def _ends(sock: socket.socket) -> tuple[str, str]:
+    """This machine's address of a connected ``sock``, and the account (probe/pace.py) of the
+    address it is connected to."""
+    local, peer = "", "-"
+    with contextlib.suppress(OSError):
+        local = sock.getsockname()[0]
+        peer = address_key(sock.getpeername())
+    return local, peer
 
 
 def _oserror(exc: BaseException) -> str:
@@ -476,18 +461,26 @@ def _oserror(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def prober_for(settings: Settings, lookups: Resolver, pacer: Pacer | None = None) -> Prober:
-    """The prober for these settings: ssh settings resolved as OpenSSH would, then our
-    overrides (-p, -l, -i, -F), and the stages up to --check."""
-    resolver = SSHResolver(
-        config_path=settings.ssh_config,
-        port=settings.port,
-        user=settings.user,
-        identity_files=settings.identity_files,
+def _ready(target: SSHTarget, infos: list[AddrInfo], local: str) -> Outcome:
+    addresses = tuple(sorted({info[4][0] for info in infos}))
+    return Outcome(
+        Status.READY,
+        Stage.READY,
+        "ready",
+        reached=Reached(target.address, target.port, addresses, local),
     )
-    return Prober(
-        ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command),
-        resolver,
-        lookups=lookups,
-        pacer=pacer,
+
+
+def prober_for(
+    options: ProbeOptions, lookups: LookupPool, pacer: Pacer | None = None
+) -> tuple[SSHConfig, Prober]:
+    """ssh settings resolved as OpenSSH would, then our overrides (-p, -l, -i, -F); and the
+    prober for them, with the stages up to --check (``pacer``: accounts of connections closed
+    before authenticating, probe/pace.py; None: this run's only)."""
+    ssh = SSHConfig(
+        config_path=options.ssh_config,
+        port=options.port,
+        user=options.user,
+        identity_files=options.identity_files,
     )
+    return ssh, Prober(options, ssh, lookups, pacer=pacer)

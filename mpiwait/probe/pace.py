@@ -64,12 +64,14 @@ class Pacer:
         return _wait(owed)
 
     @contextlib.contextmanager
-    def turn(self, infos: list[tuple[Any, ...]]) -> Iterator[None]:
+    def turn(self, infos: list[tuple[Any, ...]]) -> Iterator[Callable[[], None]]:
         """A connect-only attempt at the first address of ``infos``: wait while its account
-        (this run's and, through its file, earlier runs') is too high, hold it while the body
-        connects, then charge it."""
+        (this run's and, through its file, earlier runs') is too high, and hold it while the
+        body connects; the body calls what it is given once sshd has accepted the connection,
+        which charges the account (a refused connect never reaches sshd)."""
         key = address_key(infos[0][4]) if infos else "-"
         fd = self._open(key)
+        charged: list[bool] = []
         try:
             now = self._clock()
             with self._lock:
@@ -79,14 +81,16 @@ class Pacer:
             wait = _wait(owed)
             if wait > 0:
                 self._sleep(wait)
-            yield
-            then, now = now, self._clock()
-            owed = _run_down((then, owed), now) + NOAUTH_CHARGE
-            with self._lock:
-                self._accounts[key] = (now, owed)
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.pwrite(fd, f"{now:.3f} {owed:.3f}\n".ljust(32).encode(), 0)
+            then = self._clock()
+            yield lambda: charged.append(True)
+            if charged:
+                now = self._clock()
+                owed = _run_down((then, owed), now) + NOAUTH_CHARGE
+                with self._lock:
+                    self._accounts[key] = (now, owed)
+                if fd is not None:
+                    with contextlib.suppress(OSError):
+                        os.pwrite(fd, f"{now:.3f} {owed:.3f}\n".ljust(32).encode(), 0)
         finally:
             if fd is not None:
                 os.close(fd)  # releases the lock

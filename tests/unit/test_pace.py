@@ -68,8 +68,9 @@ def test_connect_only_runs_back_to_back_share_the_account_through_its_file(tmp_p
     times = []
     for _ in range(30):  # thirty runs of --check tcp, each a new process with a new Pacer
         pacer = Pacer(str(tmp_path), clock=clock, sleep=clock.sleep)
-        with pacer.turn(INFOS):
+        with pacer.turn(INFOS) as accepted:
             times.append(clock.t)
+            accepted()
         clock.t += 0.05  # the next run starts at once
     assert sshd_account(times) <= NOAUTH_BUDGET + 0.01
     assert len(clock.slept) >= 30 - NOAUTH_BUDGET
@@ -79,8 +80,8 @@ def test_connect_only_runs_back_to_back_share_the_account_through_its_file(tmp_p
 def test_without_a_directory_runs_do_not_wait_for_each_other(tmp_path: Path):
     clock = Clock()
     for _ in range(30):
-        with Pacer(None, clock=clock, sleep=clock.sleep).turn(INFOS):
-            pass
+        with Pacer(None, clock=clock, sleep=clock.sleep).turn(INFOS) as accepted:
+            accepted()
     assert clock.slept == []
 
 
@@ -88,6 +89,14 @@ def test_a_file_from_before_a_reboot_never_stalls_a_run(tmp_path: Path):
     (tmp_path / "pace-10.0.0.7-22").write_text("999999999.000 999999.000\n")
     clock = Clock()
     for _ in range(3):
+        with Pacer(str(tmp_path), clock=clock, sleep=clock.sleep).turn(INFOS) as accepted:
+            accepted()
+    assert clock.slept == []
+
+
+def test_a_refused_connect_costs_the_account_nothing(tmp_path: Path):
+    clock = Clock()
+    for _ in range(30):  # sshd not listening yet: the body never reports an accept
         with Pacer(str(tmp_path), clock=clock, sleep=clock.sleep).turn(INFOS):
             pass
     assert clock.slept == []
