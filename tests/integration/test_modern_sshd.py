@@ -17,13 +17,16 @@ exit 3 instead of 0.4 s, blaming MaxStartups.
 from __future__ import annotations
 
 import re
+import shutil
 import socket
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 import testbed
 from conftest import requires_root_netns
+from testbed import releases
 
 pytestmark = [pytest.mark.root, requires_root_netns]
 
@@ -61,6 +64,36 @@ def burst(b: testbed.TestBed, i: int, n: int = BURST) -> None:
     for _ in range(n):
         with socket.create_connection((b.hosts[i].addr, b.hosts[i].port), timeout=10):
             pass
+
+
+def test_the_lab_runs_debian_13s_sshd_with_its_own_defaults(modern, tmp_path: Path) -> None:
+    b = modern(1)
+    h = b.hosts[0]
+    told = subprocess.run(
+        [*b.sshd_build.argv, "-T", "-f", str(h.sshd_config)],
+        capture_output=True, text=True, timeout=60, check=True,
+    )  # fmt: skip
+    settings = dict(line.split(" ", 1) for line in told.stdout.splitlines() if " " in line)
+    assert settings["persourcepenalties"].startswith("crash:90 authfail:5 noauth:1 "), told
+    assert "min:15" in settings["persourcepenalties"], told
+    assert settings["maxstartups"] == "10:30:100", told
+    assert settings["kexalgorithms"].startswith("mlkem768x25519-sha256,"), told
+    assert Path(settings["sshdsessionpath"]).is_file(), told
+    r = testbed.run(b, ["--hosts", h.name], timeout=RUN_TIMEOUT)
+    assert r.returncode == 0, r
+    # Debian 13's own ssh, as a trixie launcher image runs it, negotiates ML-KEM and gets in
+    work = tmp_path / "client"
+    work.mkdir()
+    shutil.copyfile(b.key_path, work / "id")
+    (work / "id").chmod(0o600)
+    ran = releases.Release("trixie").ssh(
+        ["-v", "-i", str(work / "id"), "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=no",
+         "-o", "UserKnownHostsFile=/dev/null", f"{b.user}@{h.addr}", "true"],
+        work=work,
+    )  # fmt: skip
+    assert ran.returncode == 0, ran
+    assert "kex: algorithm: mlkem768x25519-sha256" in ran.stderr, ran
+    assert b.penalties() == []
 
 
 def test_check_tcp_run_again_and_again_never_gets_the_launcher_penalised(modern) -> None:
