@@ -8,6 +8,9 @@ Labs (each a context manager; ``down()``/``close()`` leaves nothing behind):
                               hostname and address; Open MPI and MPICH run across it
                               (``openmpi_argv``, ``mpich_argv``). Hosts are ``bed.hosts[i]``
                               (WorkerHost: name, addr, ns, veth, sshd_config, ...).
+                              ``sshd="trixie"``: Debian 13's sshd 10.0p2 with its own defaults
+                              (PerSourcePenalties on) instead of the machine's tuned one;
+                              ``bed.penalties()`` lists its log's penalty activations.
     ManyHosts(n, workdir=...) hundreds of hosts as addresses of ONE namespace, one sshd; each
                               host "up", "refuse", "drop" or "stall" via set_states().
     LoopBed(n, workdir)       thousands of hosts as 127.1.x.y of one namespace (benchmarks).
@@ -49,8 +52,10 @@ What a test needs from the machine (_needs: one table, which scripts/install-tes
 Housekeeping: missing_requirements(flavour), cleanup_stale(), bed_names(prefix), bed_owner(name),
     write_in_place(path, text) (a bind-mounted file rewritten, never seen empty),
     unnamed_uid() (a uid with no passwd entry), BedError, ENV_TAG, STATE_ROOT, SSHD. Submodules
-    ``containers`` (a private dockerd and Debian base images: Engine) and ``leaks`` (the
-    session-end check of conftest.py).
+    ``containers`` (a private dockerd and Debian base images: Engine), ``releases`` (Debian's
+    OpenSSH releases in cached debootstrap roots, run under chroot: openssh_root(suite),
+    Release(suite).ssh(...); trixie's root has its sshd too) and ``leaks`` (the session-end
+    check of conftest.py).
 
 Inside (private, one job a module): the labs _netns (TestBed), _shared (ManyHosts), _loopbed,
     _loopback (Lab); what the namespace labs share: _namespaces (namespaces, veths, up/down),
@@ -61,7 +66,7 @@ Inside (private, one job a module): the labs _netns (TestBed), _shared (ManyHost
 
 from __future__ import annotations
 
-from . import _jsonlog, _loopback, _namespaces, _needs, _registry, containers, leaks
+from . import _jsonlog, _loopback, _namespaces, _needs, _registry, containers, leaks, releases
 from ._loopback import (
     Lab,
     Sshd,
@@ -147,6 +152,7 @@ __all__ = [
     "register_key",
     "register_secret",
     "related_pids",
+    "releases",
     "require",
     "run",
     "start",
@@ -163,14 +169,17 @@ __all__ = [
 
 def missing_requirements(flavour: str = "netns") -> str | None:
     """Why a lab of ``flavour`` cannot run here (a sentence), or None when it can: "netns"
-    (TestBed, ManyHosts, LoopBed), "loopback" (Lab) or "containers" (containers.Engine)."""
+    (TestBed, ManyHosts, LoopBed), "loopback" (Lab), "containers" (containers.Engine) or
+    "releases" (releases.Release)."""
     if flavour == "netns":
         return _namespaces.missing_requirements()
     if flavour == "loopback":
         return _loopback.missing_requirements()
     if flavour == "containers":
         return containers.missing_requirements()
-    raise ValueError(f"unknown flavour {flavour!r}: netns, loopback or containers")
+    if flavour == "releases":
+        return releases.missing_requirements()
+    raise ValueError(f"unknown flavour {flavour!r}: netns, loopback, containers or releases")
 
 
 def cleanup_stale(

@@ -216,6 +216,8 @@ _APT = {  # program -> (Debian package, what it is)
     "containerd": ("docker.io", "containerd (docker.io)"),
     "runc": ("docker.io", "runc (docker.io)"),
     "debootstrap": ("debootstrap", "debootstrap (Debian base images without a registry)"),
+    "chroot": ("coreutils", "chroot"),
+    "tar": ("tar", "tar"),
 }
 _PROGRAMS = {"mpich4": "mpiexec.hydra"}  # need -> program, where they differ
 _EXTRA = Install("extra", as_user=True)
@@ -262,6 +264,13 @@ def _table() -> dict[str, Need]:
             lambda: Found("containers"),
             Install("none"),
             requires=("root", "dockerd", "containerd", "runc", "docker", "debootstrap", "iptables"),
+        ),
+        Need(
+            "openssh-releases",
+            "other Debian releases' OpenSSH (testbed.releases)",
+            lambda: Found("openssh-releases"),
+            Install("none"),
+            requires=("root", "debootstrap", "chroot", "unshare", "tar"),
         ),
         Need(
             "oldest-deps",
