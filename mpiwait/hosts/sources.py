@@ -101,9 +101,8 @@ class HostSources:
         """Read every source now; InputError when one is unreadable or malformed.
 
         Called every second while waiting, so the parse is skipped while every source reads the
-        same as last time (the snapshot depends on nothing else): parsing a hostfile and a
-        discover_hosts.sh of 1000 hosts takes ~25 ms, ~8% of the client CPU of a 1000-host
-        wait. A --discover-exec script is still run every time; only its output is compared."""
+        same as last time (the snapshot depends on nothing else; docs/design-decisions.md). A
+        --discover-exec script is still run every time; only its output is compared."""
         if self.hosts_option is not None:
             texts: tuple[str | None, ...] = (self.hosts_option,)
         else:
