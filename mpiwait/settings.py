@@ -134,9 +134,9 @@ class SourceOptions:
 
     hostfile: Path | None
     hostfile_explicit: bool  # named by the user: missing is an error, not a skip
-    discover: Path | None
+    discover_hosts: Path | None
     discover_explicit: bool
-    discover_exec: bool
+    discover_exec: bool  # run the discover file instead of parsing it
     hosts_option: str | None  # --hosts as given: when set, the files are not read
     include_self: bool
 

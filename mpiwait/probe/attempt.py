@@ -320,13 +320,9 @@ def _oserror(exc: BaseException) -> str:
 
 
 def _ready(target: SSHTarget, infos: list[AddrInfo], local: str) -> Outcome:
-    addresses = tuple(sorted({info[4][0] for info in infos}))
-    return Outcome(
-        Status.READY,
-        Stage.READY,
-        "ready",
-        reached=Reached(target.address, target.port, addresses, local),
-    )
+    addresses = tuple(info[4][0] for info in infos)
+    reached = Reached(target.address, target.port, addresses, local)
+    return Outcome(Status.READY, Stage.READY, "ready", reached=reached)
 
 
 def prober_for(options: ProbeOptions, lookups: LookupPool) -> tuple[SSHConfig, Prober]:

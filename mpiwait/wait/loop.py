@@ -61,7 +61,6 @@ class Runner(Protocol):
 @dataclass
 class _Track:
     host: str
-    retry: tenacity.RetryCallState  # its state under the retry policy (wait/schedule.py)
     stage: Stage = Stage.PENDING
     reason: str = ""
     detail: str = ""
@@ -73,6 +72,8 @@ class _Track:
     passed_at: float = -math.inf  # when an attempt last passed
     rechecking: bool = False
     local_address: str = ""  # this machine's end of its last passing connection
+    # its state under the retry policy (wait/schedule.py), from its first failed attempt
+    retry: tenacity.RetryCallState | None = None
 
     def state(self) -> HostState:
         return HostState(
@@ -99,7 +100,7 @@ class _Loop:
     def add(self, hosts: tuple[str, ...], at: float) -> tuple[str, ...]:
         new = tuple(h for h in hosts if h not in self.tracks)
         for host in new:
-            self.tracks[host] = _Track(host, self.schedule.state(at), since=at)
+            self.tracks[host] = _Track(host, since=at)
             self._schedule(host, at)
         return new
 
@@ -169,6 +170,8 @@ class _Loop:
             track.fatal_streak = 0
         if changed:
             self.emit(HostChanged(track.state(), now - self.started))
+        if track.retry is None:
+            track.retry = self.schedule.state(track.since)
         wait = self.schedule.next_delay(
             track.retry,
             outcome,
