@@ -25,8 +25,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import tenacity
-
 from mpiwait.errors import Interrupted
 from mpiwait.probe.outcome import Outcome, Stage, Status
 from mpiwait.wait.events import (
@@ -43,7 +41,7 @@ from mpiwait.wait.events import (
 )
 from mpiwait.wait.policy import WaitPolicy
 from mpiwait.wait.runner import TokenBucket
-from mpiwait.wait.schedule import Schedule
+from mpiwait.wait.schedule import HostRetryState, Schedule
 
 
 class Runner(Protocol):
@@ -73,7 +71,7 @@ class _Track:
     rechecking: bool = False
     local_address: str = ""  # this machine's end of its last passing connection
     # its state under the retry policy (wait/schedule.py), from its first failed attempt
-    retry: tenacity.RetryCallState | None = None
+    retry: HostRetryState | None = None
 
     def state(self) -> HostState:
         return HostState(
