@@ -409,8 +409,11 @@ def parse(argv: list[str]) -> Settings | int:
 
 def _chosen_log_format(argv: list[str]) -> LogFormat:
     """The --log-format the options (not COMMAND) or MPIWAIT_LOG_FORMAT choose, also when the
-    parse failed: click's resilient parsing reads what it can and passes over the rest."""
-    with command_line.make_context("mpiwait", list(argv), resilient_parsing=True) as ctx:
+    parse failed: click's resilient parsing reads what it can, passing over bad values and
+    unknown options, and stops at COMMAND."""
+    with command_line.make_context(
+        "mpiwait", list(argv), resilient_parsing=True, ignore_unknown_options=True
+    ) as ctx:
         chosen = ctx.params.get("log_format")
     return LogFormat(chosen) if chosen else LogFormat.TEXT
 
