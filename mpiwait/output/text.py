@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from mpiwait.hosts.hostfile import count_hosts
+from mpiwait.hosts.hostfile import count_hosts, hosts_word
 from mpiwait.output.groups import NAMES_PER_GROUP, group_not_ready, ready_count
 from mpiwait.probe.outcome import Stage
 from mpiwait.wait import events as ev
@@ -133,7 +133,7 @@ class TextEvents:
         elif isinstance(event, ev.HostsAdded):
             self._total = event.total
             self.line(
-                f"{len(event.hosts)} more {'host' if len(event.hosts) == 1 else 'hosts'} listed: "
+                f"{len(event.hosts)} more {hosts_word(len(event.hosts))} listed: "
                 f"{_names([ev.HostState(h, Stage.PENDING) for h in event.hosts], details=False)} "
                 f"({event.total} in all)"
             )
