@@ -54,6 +54,14 @@ DEFAULT_RECHECK_AFTER = 30.0
 # A refused address is reused this long instead of looked up again (CoreDNS's record TTL).
 REFUSED_ADDRESS_REUSE = 5.0
 
+# sshd's PerSourcePenalties charge for a connection closed before authenticating, and how much
+# of its 15 s allowance mpiwait's probes may hold (a burst of 5, then one a second per host).
+NOAUTH_CHARGE = 1.0
+NOAUTH_BUDGET = 5.0
+
+# How long an accepted connection is watched for sshd's "Not allowed at this time" line.
+DROP_NOTICE_WAIT = 0.25
+
 # Probes in flight: rate x login latency with room for slow hosts; more only fight for the GIL.
 DEFAULT_PARALLEL = 32
 

@@ -364,8 +364,9 @@ def run_mpiwait(*argv: str, path: Path | None = None, **env: str) -> testbed.Res
 
 @pytest.fixture
 def hydra(tmp_path):
-    """A bin directory with a stand-in MPICH hydra that prints the variables it was handed."""
-    bin_dir = install(tmp_path / "mpich/bin", "hydra_pmi_proxy")
+    """A bin directory with a stand-in MPICH hydra that prints the variables it was handed, and
+    a stand-in ssh."""
+    bin_dir = install(tmp_path / "mpich/bin", "hydra_pmi_proxy", "ssh")
     script = bin_dir / "mpiexec.hydra"
     script.write_text(
         "#!/bin/sh\n"
@@ -501,13 +502,16 @@ def test_init_container_says_what_the_mpi_container_must_set(tmp_path, worker):
     os.path.exists("/etc/mpi/hostfile") or os.path.exists("/etc/mpi/discover_hosts.sh"),
     reason="this machine has mpi-operator's /etc/mpi files",
 )
-def test_trainer_v2_node_no_role_variable_no_hostfile_runs_its_command_at_once():
+def test_trainer_v2_node_no_role_variable_no_hostfile_runs_its_command_at_once(tmp_path):
     """A Trainer v2 node: no /etc/mpi, no K_MPI_JOB_ROLE, COMMAND sshd (here: echo)."""
     r = run_mpiwait("--timeout", "30", "--", "echo", "sshd", "-De")
     assert r.returncode == 0, r.stderr
     assert r.stdout == "sshd -De\n"
     assert "a worker (node) pod; nothing to wait for" in r.stderr, r.stderr
     # A launcher (its COMMAND starts MPI) without its hostfile is still a configuration error.
-    r = run_mpiwait("--timeout", "30", "--", "mpirun", "-n", "2", "hostname")
+    # Its own stand-in mpirun (Open MPI 4's layout) and ssh, so the verdict does not depend on
+    # what this machine has installed (without them, mpiwait rightly exits 127 first).
+    bin_dir = install(tmp_path / "ompi4", "orterun", "orted", "ssh", links={"mpirun": "orterun"})
+    r = run_mpiwait("--timeout", "30", "--", "mpirun", "-n", "2", "hostname", path=bin_dir)
     assert r.returncode == 2, r.stderr
     assert "no host source" in r.stderr
