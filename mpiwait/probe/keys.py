@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mpiwait.errors import PermanentError
+from mpiwait.probe import paramiko_adapter  # noqa: F401  # before any paramiko import
 
 if TYPE_CHECKING:
     import paramiko

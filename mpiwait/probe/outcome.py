@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class Stage(str, enum.Enum):
@@ -27,20 +27,19 @@ class Status(str, enum.Enum):
 PENALTY = "penalty"
 
 
-@dataclass(frozen=True)
-class Reached:
+class Reached(NamedTuple):
     """Where a passing attempt got, for its callers: the launch's interface, --list-ready's
     cache. Carried on the outcome so that nobody asks the prober again."""
 
     address: str  # the name or address looked up (ssh's HostName), and its port
     port: int
-    addresses: tuple[str, ...]  # what it resolved to, sorted, each once
+    addresses: tuple[str, ...]  # what it resolved to, in getaddrinfo's order
     local_address: str = ""  # this machine's end of the accepted connection; "" before a connect
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """The result of one attempt at one host."""
+class Outcome(NamedTuple):
+    """The result of one attempt at one host (a NamedTuple: one is made per attempt, and a
+    frozen dataclass costs several times as much to build)."""
 
     status: Status
     stage: Stage  # READY when status is READY, otherwise the stage that did not pass

@@ -22,10 +22,8 @@ import heapq
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
-
-import tenacity
 
 from mpiwait.errors import Interrupted
 from mpiwait.probe.outcome import PENALTY, Outcome, Stage, Status
@@ -43,7 +41,7 @@ from mpiwait.wait.events import (
 )
 from mpiwait.wait.policy import WaitPolicy
 from mpiwait.wait.runner import TokenBucket
-from mpiwait.wait.schedule import Schedule
+from mpiwait.wait.schedule import HostRetryState, Schedule
 
 
 class Runner(Protocol):
@@ -61,7 +59,6 @@ class Runner(Protocol):
 @dataclass
 class _Track:
     host: str
-    retry: tenacity.RetryCallState  # its state under the retry policy (wait/schedule.py)
     stage: Stage = Stage.PENDING
     reason: str = ""
     detail: str = ""
@@ -74,6 +71,8 @@ class _Track:
     rechecking: bool = False
     local_address: str = ""  # this machine's end of its last passing connection
     rejected: Outcome | None = None  # the last rejected login of the current streak
+    # its state under the retry policy (wait/schedule.py), from its first failed attempt
+    retry: HostRetryState | None = None
 
     def state(self) -> HostState:
         return HostState(
@@ -100,7 +99,7 @@ class _Loop:
     def add(self, hosts: tuple[str, ...], at: float) -> tuple[str, ...]:
         new = tuple(h for h in hosts if h not in self.tracks)
         for host in new:
-            self.tracks[host] = _Track(host, self.schedule.state(at), since=at)
+            self.tracks[host] = _Track(host, since=at)
             self._schedule(host, at)
         return new
 
@@ -176,6 +175,8 @@ class _Loop:
             track.rejected = None
         if changed:
             self.emit(HostChanged(track.state(), now - self.started))
+        if track.retry is None:
+            track.retry = self.schedule.state(track.since)
         wait = self.schedule.next_delay(
             track.retry,
             outcome,
@@ -213,7 +214,7 @@ def _penalised_after(rejected: Outcome) -> Outcome:
     """A rejected login's outcome, told that sshd now also turns the address away."""
     note = "; sshd now turns this address away (PerSourcePenalties, for the failed logins)"
     detail = rejected.detail if rejected.detail.endswith(note) else rejected.detail + note
-    return replace(rejected, detail=detail)
+    return rejected._replace(detail=detail)
 
 
 def wait_for_hosts(

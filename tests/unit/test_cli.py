@@ -1019,6 +1019,8 @@ def test_termination_log_is_explicit_only_when_named(monkeypatch: pytest.MonkeyP
         (["--log-format=json", "--bogus", "mpirun"], {}),
         (["--hosts", "a", "--parallel", "0"], {"MPIWAIT_LOG_FORMAT": "json"}),
         (["--log-format", "json", "--list-ready", "--", "true"], {}),
+        (["--bogus", "--log-format", "json"], {}),  # an unknown option before it
+        (["-x", "--log-format=json"], {}),
     ],
 )
 def test_usage_errors_are_json_when_json_was_asked_for(
