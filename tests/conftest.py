@@ -8,11 +8,17 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import testbed
 from testbed import leaks
+
+# No per-example deadline: on a loaded 2-core machine hypothesis's 200 ms default failed a
+# property test that has nothing to do with time (test_duplicates_collapse_to_the_first).
+hypothesis_settings.register_profile("mpiwait", deadline=None)
+hypothesis_settings.load_profile("mpiwait")
 
 STRICT_ENV = testbed._needs.STRICT_ENV
 STRICT = testbed.strict_mode()
