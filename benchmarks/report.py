@@ -335,7 +335,6 @@ def targets(results: list[dict], settings: dict) -> list[dict]:
         "x",
     )
     budget = settings.get("DEFAULT_PROBE_RATE")
-    burst = settings.get("DEFAULT_PARALLEL")
     peaks = [
         r[key]["max"]
         for r in mine
@@ -343,12 +342,11 @@ def targets(results: list[dict], settings: dict) -> list[dict]:
         if r.get(key)
     ]
     if budget:
-        # the token bucket lets a burst of `parallel` go at once, on top of the rate
+        # --probe-rate bounds the starts in any one-second window, the first one included
         add(
-            f"peak lookups or connects/s within the probe budget ({budget:g}/s + a burst of "
-            f"{burst})",
+            f"peak lookups or connects/s within the probe budget ({budget:g}/s)",
             max(peaks) if peaks else None,
-            budget + burst,
+            budget,
             "int",
         )
 
