@@ -114,9 +114,9 @@ class _Loop:
 
     def start_due(self, now: float, window: StartWindow) -> None:
         """Start the attempts due by ``now``, within the probe slots and the rate limit."""
-        parallel = self.policy.budget.parallel
-        due = self.due
-        while due and due[0][0] <= now and self.in_flight < parallel and window.take(now):
+        parallel, due, clock = self.policy.budget.parallel, self.due, self.runner.now
+        # the window counts each start when it happens: starting a thread takes time of its own
+        while due and due[0][0] <= now and self.in_flight < parallel and window.take(clock()):
             _, _, host = heapq.heappop(due)
             self.tracks[host].in_flight = True
             self.in_flight += 1
