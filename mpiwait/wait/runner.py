@@ -126,7 +126,7 @@ def run_all(
         now = runner.now()
         if now >= deadline:
             break
-        while started < len(hosts) and window.take(now):
+        while started < len(hosts) and window.take(runner.now()):  # each when it happens
             runner.start(hosts[started])
             started += 1
         wait = deadline - now
