@@ -6,6 +6,7 @@ import contextlib
 import gc
 import math
 import os
+import queue
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -42,6 +43,7 @@ from mpiwait.wait.events import End, WaitStarted
 if TYPE_CHECKING:  # imported only on the paths that use them
     from mpiwait.launch.handover import Handover, Interface
     from mpiwait.probe.attempt import Prober
+    from mpiwait.probe.kept import KeptConnections
 
 _END_STATUS = {
     End.READY: ExitCode.OK,
@@ -84,19 +86,24 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     from mpiwait.probe.attempt import prober_for
     from mpiwait.probe.lookup import lookup_pool
 
-    prober = prober_for(settings, lookup_pool(settings.parallel))
     if settings.dry_run:
+        prober = prober_for(settings, lookup_pool(settings.parallel))
         print_plan(prober, first)
         if launch is not None:
             handover = _plan(settings, environ, launch, None, first.skipped_self)
             print_launch_plan(launch.describe(), handover.lines())
         return ExitCode.OK
-    # ssh settings ssh would refuse (exit 2), unusable key files (exit 3): before any waiting
-    prober.preflight(first.names)
-    reporter(_started(settings, prober, first, launch))
-    attempt = _attempt(settings, prober, sources.self_names.is_self)
-    with _collector_for_logins():
-        result = _wait(settings, sources, first.names + first.skipped_self, attempt, reporter)
+    done: queue.SimpleQueue[tuple[str, Outcome]] = queue.SimpleQueue()
+    with _kept_connections(settings, done) as kept:
+        prober = prober_for(settings, lookup_pool(settings.parallel), kept)
+        # ssh settings ssh would refuse (exit 2), unusable key files (exit 3): before any wait
+        prober.preflight(first.names)
+        reporter(_started(settings, prober, first, launch))
+        attempt = _attempt(settings, prober, sources.self_names.is_self)
+        with _collector_for_logins():
+            result = _wait(
+                settings, sources, first.names + first.skipped_self, attempt, reporter, done, kept
+            )
     reporter(result)
     if result.end is End.READY:
         _hand_over(settings, environ, launch, prober, result, sources.self_names.is_self, reporter)
@@ -278,6 +285,25 @@ def _hostfile_text(settings: Settings) -> tuple[str | None, str | None]:
 
 
 @contextlib.contextmanager
+def _kept_connections(
+    settings: Settings, done: queue.SimpleQueue[tuple[str, Outcome]]
+) -> Iterator[KeptConnections | None]:
+    """With --check ssh, the connections of passed logins, held open until the wait ends
+    (their end reported into ``done`` as LOST) and closed before COMMAND starts."""
+    if settings.check is not Check.SSH:
+        yield None
+        return
+    from mpiwait.probe.kept import KeptConnections
+    from mpiwait.wait.loop import LOST
+
+    kept = KeptConnections(lambda host: done.put((host, LOST)))
+    try:
+        yield kept
+    finally:
+        kept.close()
+
+
+@contextlib.contextmanager
 def _collector_for_logins() -> Iterator[None]:
     """The cyclic garbage collector tuned for a wait of many logins, restored afterwards.
 
@@ -301,13 +327,14 @@ def _collector_for_logins() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _wait(settings, sources: HostSources, names, attempt, reporter):
+def _wait(settings, sources: HostSources, names, attempt, reporter, done, kept):
     from mpiwait.wait.loop import ThreadRunner, WaitPolicy, wait_for_hosts
 
     return wait_for_hosts(
         first=names,
         read_hosts=rereader(sources, names, reporter.info),
-        runner=ThreadRunner(attempt, settings.parallel),
+        runner=ThreadRunner(attempt, settings.parallel, done),
+        kept=kept.holds if kept is not None else lambda host: False,
         policy=WaitPolicy(
             timeout=settings.timeout,
             retry_initial=settings.retry_initial or DEFAULT_RETRY_INITIAL,

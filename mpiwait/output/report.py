@@ -270,6 +270,7 @@ class Reporter:
         elif isinstance(event, HostLost):
             state = event.state  # always shown: it is why the launch waits again
             self.line(f"[+{event.elapsed:.1f}s] {state.host} no longer ready: {_why(state)}")
+            self._last_progress -= 1  # the count fell: the next host ready is progress again
         elif isinstance(event, StillWaiting):
             self.line(_waiting_line(event))
 

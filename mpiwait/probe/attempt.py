@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from mpiwait.errors import InputError, PermanentError
 from mpiwait.openssh.config import SSHResolver, SSHTarget
+from mpiwait.probe.kept import KeptConnections
 from mpiwait.probe.keys import HostKeyPolicy, IdentityCache
 from mpiwait.probe.lookup import LookupTimeout, Resolver, ResolverBusy, lookup_pool
 from mpiwait.probe.outcome import Outcome, Stage, Status
@@ -69,8 +70,10 @@ class Prober:
         identities: IdentityCache | None = None,
         host_keys: HostKeyPolicy | None = None,
         lookups: Resolver | None = None,
+        kept: KeptConnections | None = None,
     ) -> None:
         self._config = config
+        self._kept = kept  # where a passed login's connection stays open (None: closed)
         self._resolver = resolver
         self._identities = identities or IdentityCache()
         self._host_keys = host_keys or HostKeyPolicy()
@@ -152,11 +155,11 @@ class Prober:
         try:
             if self._config.check is Check.TCP:
                 return READY
-            return self._login(sock, target, timeout)
+            return self._login(sock, target, timeout, host)
         finally:
             sock.close()
 
-    def _login(self, sock: socket.socket, target: SSHTarget, timeout: float) -> Outcome:
+    def _login(self, sock: socket.socket, target: SSHTarget, timeout: float, host: str) -> Outcome:
         import paramiko
 
         try:
@@ -180,7 +183,13 @@ class Prober:
             if failed is not None:
                 return failed
             if self._config.remote_command:
-                return self._run_remote(transport, self._config.remote_command, timeout)
+                outcome = self._run_remote(transport, self._config.remote_command, timeout)
+                if outcome.status is not Status.READY:
+                    return outcome
+            if self._kept is not None:
+                # paramiko closes its socket below and sends nothing: a duplicate keeps the
+                # authenticated connection open
+                self._kept.keep(host, sock)
             return READY
         except (paramiko.SSHException, EOFError, OSError) as exc:
             return _retry(Stage.SSH, "handshake", f"SSH session failed: {_oserror(exc)}")
@@ -371,7 +380,9 @@ def _oserror(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def prober_for(settings: Settings, lookups: Resolver) -> Prober:
+def prober_for(
+    settings: Settings, lookups: Resolver, kept: KeptConnections | None = None
+) -> Prober:
     """The prober for these settings: ssh settings resolved as OpenSSH would, then our
     overrides (-p, -l, -i, -F), and the stages up to --check."""
     resolver = SSHResolver(
@@ -384,4 +395,5 @@ def prober_for(settings: Settings, lookups: Resolver) -> Prober:
         ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command),
         resolver,
         lookups=lookups,
+        kept=kept,
     )

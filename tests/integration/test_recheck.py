@@ -38,7 +38,11 @@ def _index(r: testbed.Result, pattern: str) -> int:
 
 
 @pytest.mark.parametrize("with_command", [True, False], ids=["exec", "init-container"])
-def test_a_worker_that_dies_while_another_is_late_is_waited_for_again(bed, with_command):
+def test_a_worker_whose_sshd_stops_listening_is_waited_for_again_within_the_bound(
+    bed, with_command
+):
+    # Its sessions live on (an sshd restarted outside a container): the connection mpiwait
+    # keeps says nothing; the re-check every --recheck-after does.
     b = bed(3)
     w1, w2, w3 = b.names
     b.stop_sshd(2)  # w3 is late
@@ -47,23 +51,21 @@ def test_a_worker_that_dies_while_another_is_late_is_waited_for_again(bed, with_
     run = testbed.start(b, args, command=command)
     run.wait_for(_line(rf"{w3}: tcp refused"))
     run.wait_for(_line(r"2/3 ready"))
-    seen = time.monotonic()
-    b.stop_sshd(1, sessions=True)  # w2 dies after it passed
-    time.sleep(max(0.0, seen + 2 * BOUND - time.monotonic()))  # its pass is now stale
-    b.start_sshd(2)  # the late one arrives: all have passed once
+    b.stop_sshd(1, sessions=False)  # w2's listener stops after it passed
     run.wait_for(_line(rf"{w2} no longer ready: tcp refused"))
+    b.start_sshd(2)  # the late one arrives
+    run.wait_for(_line(rf"2/3 ready \({w3}\)"))
     assert run.proc.poll() is None, run  # nothing launched while w2 is down
     b.start_sshd(1)  # w2 is back
     r = run.finish(RUN_TIMEOUT)
     assert r.returncode == 0, r
     if with_command:
         assert sorted(r.stdout.split()) == sorted([w1, w2, w3]), r
-    recheck = _index(r, _line(rf"re-checking \d hosts ready for more than {BOUND:g}s: "))
-    assert w2 in r.lines[recheck], r
     lost = _index(r, _line(rf"{w2} no longer ready"))
+    last = _index(r, _line(rf"2/3 ready \({w3}\)"))
     back = _index(r, _line(rf"3/3 ready \({w2}\)"))
     done = _index(r, r"^mpiwait: all 3 hosts ready in ")
-    assert recheck < lost < back < done, r
+    assert lost < last < back < done, r
 
 
 # Issue 22's scene, on a shorter clock: w1 and w2 pass at once, w1's sshd (and its sessions: a
