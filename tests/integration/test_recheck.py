@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -146,3 +147,56 @@ def test_a_quick_start_is_not_rechecked_and_logs_in_once_per_host(bed):
     assert "re-checking" not in r.stderr, r
     logins = [Path(h.sshd_log).read_text().count("Accepted publickey") for h in b.hosts]
     assert logins == [1, 1, 1], r
+
+
+# Issue 22's scene at scale, scaled down for the suite: N workers ready from the start, one more
+# whose port refuses until well past the re-check bound.
+N = 100
+SCALE_BOUND = 3.0
+LATE_AT = 2 * SCALE_BOUND
+_CONNECTION = re.compile(r"Connection from \S+ port (\d+) on (\S+) port 22")
+_ACCEPTED = re.compile(r"Accepted publickey for \S+ from \S+ port (\d+)")
+
+
+def test_a_late_worker_past_the_bound_is_launched_on_without_a_round_over_the_others(tmp_path):
+    with testbed.ManyHosts(N + 1, workdir=tmp_path / "many", log_level="VERBOSE") as m:
+        m.set_states({N: "refuse"})
+        run = testbed.start(
+            m,
+            ["-F", str(m.ssh_config), "--hosts", ",".join(m.names), "--timeout", "120",
+             "--recheck-after", f"{SCALE_BOUND:g}"],
+            command=["echo", "launched"],
+        )  # fmt: skip
+        run.wait_for(_line(rf"{N}/{N + 1} ready$"))
+        time.sleep(LATE_AT)  # every other pass is now older than the bound
+        m.set_states({N: "up"})
+        r = run.finish(RUN_TIMEOUT)
+        log = m.sshd_log.read_text()
+    assert r.returncode == 0 and r.stdout == "launched\n", r
+    # the end waited for no one but the late worker: its pass is the last event
+    assert "re-checking" not in r.stderr, r
+    assert re.match(_line(rf"{N + 1}/{N + 1} ready"), r.lines[-2]), r
+    assert r.lines[-1].startswith(f"mpiwait: all {N + 1} hosts ready in "), r
+    # Every connection to a worker logged in (none closed before authenticating, what an
+    # OpenSSH 9.8+ sshd penalises), and the re-checks while waiting are bounded per worker.
+    connections, logins = _per_address(log)
+    assert connections == logins, (connections - logins, r)
+    assert set(logins) == set(m.addrs), r
+    waited = float(re.search(r"hosts ready in ([\d.]+)s", r.lines[-1]).group(1))
+    most = 1 + waited / (SCALE_BOUND / 2)
+    assert max(logins.values()) <= most, (logins.most_common(3), waited)
+
+
+def _per_address(log: str) -> tuple[Counter[str], Counter[str]]:
+    """Connections and logins per worker address in a VERBOSE sshd log (a login is joined to
+    its connection by the client port, oldest pending first: ports are reused)."""
+    connections: Counter[str] = Counter()
+    logins: Counter[str] = Counter()
+    pending: dict[str, list[str]] = {}
+    for line in log.splitlines():
+        if m := _CONNECTION.search(line):
+            connections[m.group(2)] += 1
+            pending.setdefault(m.group(1), []).append(m.group(2))
+        elif (m := _ACCEPTED.search(line)) and pending.get(m.group(1)):
+            logins[pending[m.group(1)].pop(0)] += 1
+    return connections, logins
