@@ -11,6 +11,7 @@ import math
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import click
@@ -69,7 +70,8 @@ def _positive(ctx: click.Context, param: click.Parameter, value: float | None) -
 class _WordList(click.Path):
     """A path option whose environment variable holds several paths separated by blanks."""
 
-    envvar_list_splitter = None  # type: ignore[assignment]
+    def split_envvar_value(self, rv: str) -> Sequence[str]:
+        return rv.split()
 
 
 @click.command(context_settings=CONTEXT, epilog=EPILOG)
@@ -218,7 +220,36 @@ class _WordList(click.Path):
 @click.version_option(__version__, "-V", "--version", prog_name="mpiwait")
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def command_line(ctx: click.Context, **params: object) -> Settings:
+def command_line(
+    ctx: click.Context,
+    /,
+    *,
+    command: tuple[str, ...],
+    hostfile: Path,
+    discover_hosts: Path,
+    discover_exec: bool,
+    hosts_option: str | None,
+    include_self: bool,
+    check: str,
+    ssh_config: Path | None,
+    port: int | None,
+    user: str | None,
+    identity_files: tuple[Path, ...],
+    remote_command: str | None,
+    timeout: float,
+    connect_timeout: float | None,
+    retry_initial: float | None,
+    retry_max: float | None,
+    parallel: int,
+    probe_rate: float,
+    recheck_after: float,
+    dry_run: bool,
+    list_ready: bool,
+    log_format: str,
+    quiet: bool,
+    termination_log: Path,
+    launch_env: bool,
+) -> Settings:
     """Wait until every MPI worker accepts an SSH login, then exec COMMAND.
 
     Hosts come from the hostfile and discover_hosts.sh that mpi-operator mounts at /etc/mpi,
@@ -226,58 +257,59 @@ def command_line(ctx: click.Context, **params: object) -> Settings:
     COMMAND, exit 0 once all are ready (for an initContainer). With K_MPI_JOB_ROLE set to
     anything but "launcher", exec COMMAND at once.
     """
-    _check_together(ctx, params)
+    _check_retry_window(ctx, retry_initial, retry_max)
+    if list_ready and command:
+        raise click.UsageError(
+            "--list-ready takes no COMMAND (it prints hosts for horovodrun to read)", ctx
+        )
+    if list_ready and dry_run:
+        raise click.UsageError("--list-ready and --dry-run cannot be combined", ctx)
 
     def explicit(name: str) -> bool:
         return ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
 
     return Settings(
-        command=tuple(params["command"]),  # type: ignore[arg-type]
-        hostfile=params["hostfile"],  # type: ignore[arg-type]
+        command=tuple(command),
+        hostfile=hostfile,
         hostfile_explicit=explicit("hostfile"),
-        discover_hosts=params["discover_hosts"],  # type: ignore[arg-type]
+        discover_hosts=discover_hosts,
         discover_explicit=explicit("discover_hosts"),
-        discover_exec=bool(params["discover_exec"]),
-        hosts_option=params["hosts_option"],  # type: ignore[arg-type]
-        include_self=bool(params["include_self"]),
-        check=Check(params["check"]),
-        ssh_config=params["ssh_config"],  # type: ignore[arg-type]
-        port=params["port"],  # type: ignore[arg-type]
-        user=params["user"],  # type: ignore[arg-type]
-        identity_files=tuple(params["identity_files"]),  # type: ignore[arg-type]
-        remote_command=params["remote_command"],  # type: ignore[arg-type]
-        timeout=float(params["timeout"]),  # type: ignore[arg-type]
-        connect_timeout=params["connect_timeout"],  # type: ignore[arg-type]
-        retry_initial=params["retry_initial"],  # type: ignore[arg-type]
-        retry_max=params["retry_max"],  # type: ignore[arg-type]
-        parallel=int(params["parallel"]),  # type: ignore[call-overload]
-        probe_rate=float(params["probe_rate"]),  # type: ignore[arg-type]
-        recheck_after=float(params["recheck_after"]),  # type: ignore[arg-type]
-        dry_run=bool(params["dry_run"]),
-        list_ready=bool(params["list_ready"]),
-        log_format=LogFormat(params["log_format"]),
-        quiet=bool(params["quiet"]),
-        termination_log=params["termination_log"],  # type: ignore[arg-type]
+        discover_exec=discover_exec,
+        hosts_option=hosts_option,
+        include_self=include_self,
+        check=Check(check),
+        ssh_config=ssh_config,
+        port=port,
+        user=user,
+        identity_files=tuple(identity_files),
+        remote_command=remote_command,
+        timeout=float(timeout),
+        connect_timeout=connect_timeout,
+        retry_initial=retry_initial,
+        retry_max=retry_max,
+        parallel=parallel,
+        probe_rate=float(probe_rate),
+        recheck_after=float(recheck_after),
+        dry_run=dry_run,
+        list_ready=list_ready,
+        log_format=LogFormat(log_format),
+        quiet=quiet,
+        termination_log=termination_log,
         termination_log_explicit=explicit("termination_log"),
-        launch_env=bool(params["launch_env"]),
+        launch_env=launch_env,
     )
 
 
-def _check_together(ctx: click.Context, params: dict[str, object]) -> None:
-    """Options each valid alone that cannot go together."""
-    retry_initial = params["retry_initial"] or DEFAULT_RETRY_INITIAL
-    retry_max = params["retry_max"] or DEFAULT_RETRY_MAX
-    if retry_max < retry_initial:  # type: ignore[operator]
+def _check_retry_window(
+    ctx: click.Context, retry_initial: float | None, retry_max: float | None
+) -> None:
+    """--retry-max below --retry-initial (either given, the other its default) is no window."""
+    initial = retry_initial or DEFAULT_RETRY_INITIAL
+    maximum = retry_max or DEFAULT_RETRY_MAX
+    if maximum < initial:
         raise click.BadParameter(
-            f"--retry-max ({retry_max:g}) is smaller than --retry-initial ({retry_initial:g})",
-            ctx,
+            f"--retry-max ({maximum:g}) is smaller than --retry-initial ({initial:g})", ctx
         )
-    if params["list_ready"] and params["command"]:
-        raise click.UsageError(
-            "--list-ready takes no COMMAND (it prints hosts for horovodrun to read)", ctx
-        )
-    if params["list_ready"] and params["dry_run"]:
-        raise click.UsageError("--list-ready and --dry-run cannot be combined", ctx)
 
 
 def parse(argv: list[str]) -> Settings | int:
@@ -289,11 +321,11 @@ def parse(argv: list[str]) -> Settings | int:
         envvar = _bad_envvar(exc, argv)
         if envvar:
             message = f"{message} (from {envvar})"
-        if _asks_for_json(argv):
+        if _chosen_log_format(argv) is LogFormat.JSON:
             # A program reading the JSON lines must not meet one line of plain text.
-            from mpiwait.output.report import Reporter
+            from mpiwait.output.jsonl import JsonEvents
 
-            Reporter(LogFormat.JSON).error(message, "see mpiwait --help", exit_code=ExitCode.USAGE)
+            JsonEvents().error(message, "see mpiwait --help", exit_code=ExitCode.USAGE)
         else:
             sys.stderr.write(f"mpiwait: error: {message} (see mpiwait --help)\n")
         return ExitCode.USAGE
@@ -306,30 +338,12 @@ def parse(argv: list[str]) -> Settings | int:
     return int(result or 0)
 
 
-def _asks_for_json(argv: list[str]) -> bool:
-    """Whether the options (not COMMAND) choose --log-format json, by flag or environment.
-
-    Read from the words themselves, since the parse that failed may not have reached it.
-    """
-    takes_value = {
-        opt
-        for param in command_line.params
-        if isinstance(param, click.Option) and not param.is_flag and not param.count
-        for opt in param.opts
-    }
-    choice: str | None = None
-    words = iter(argv)
-    for word in words:
-        if word == "--" or not word.startswith("-") or word == "-":
-            break
-        name, equals, value = word.partition("=")
-        if name == "--log-format":
-            choice = value if equals else next(words, "")
-        elif not equals and word in takes_value:
-            next(words, None)
-    if choice is None:
-        choice = os.environ.get("MPIWAIT_LOG_FORMAT", "")
-    return choice == LogFormat.JSON.value
+def _chosen_log_format(argv: list[str]) -> LogFormat:
+    """The --log-format the options (not COMMAND) or MPIWAIT_LOG_FORMAT choose, also when the
+    parse failed: click's resilient parsing reads what it can and passes over the rest."""
+    with command_line.make_context("mpiwait", list(argv), resilient_parsing=True) as ctx:
+        chosen = ctx.params.get("log_format")
+    return LogFormat(chosen) if chosen else LogFormat.TEXT
 
 
 def _bad_envvar(exc: click.exceptions.UsageError, argv: list[str]) -> str | None:
@@ -373,6 +387,7 @@ def main(argv: list[str] | None = None) -> None:
         status = run(parsed, os.environ)
     except MpiwaitError as exc:
         status = int(exc.exit_code)
+        _leave_termination_log(parsed, exc)
         _one_line_error(parsed, exc.message, exc.hint, status)
     except Interrupted as exc:
         status = exc.exit_code
@@ -395,6 +410,19 @@ def _one_line_error(settings: Settings, message: str, hint: str | None, status: 
     from mpiwait.output.report import Reporter
 
     Reporter(settings.log_format).error(message, hint, exit_code=status)
+
+
+def _leave_termination_log(settings: Settings, exc: MpiwaitError) -> None:
+    """A failure found before or after the wait (an unusable key file, a COMMAND that is not
+    there, a malformed hostfile) ends the container just as a deadline does: Kubernetes shows
+    the reason in `kubectl describe pod` only if it is in the termination log. Not for
+    --list-ready: horovodrun runs it every second and reports its failures itself."""
+    if settings.list_ready:
+        return
+    from mpiwait.output.termination import write_termination_log
+
+    lines = [f"error: {exc.message}"] + ([f"hint: {exc.hint}"] if exc.hint else [])
+    write_termination_log(settings.termination_log, lines, create=settings.termination_log_explicit)
 
 
 def _exit(status: int) -> None:

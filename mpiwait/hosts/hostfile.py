@@ -357,3 +357,8 @@ def parse_hosts_option(value: str) -> list[Host]:
     if not hosts:
         raise InputError("--hosts: the list is empty")
     return dedupe(hosts)
+
+
+def count_hosts(count: int) -> str:
+    """``1 host``, ``3 hosts``: the one plural every message about hosts uses."""
+    return f"{count} host" if count == 1 else f"{count} hosts"

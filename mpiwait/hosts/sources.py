@@ -19,6 +19,7 @@ from mpiwait.errors import InputError
 from mpiwait.hosts.discover import run_discover
 from mpiwait.hosts.hostfile import (
     Host,
+    count_hosts,
     dedupe,
     parse_discover_script,
     parse_host_lines,
@@ -30,10 +31,6 @@ from mpiwait.hosts.textfile import read_optional_text_file
 from mpiwait.settings import DISCOVER_EXEC_TIMEOUT, Settings
 
 __all__ = ["Host", "HostSources", "SelfNames", "Snapshot", "rereader"]
-
-
-def _count(hosts: int) -> str:
-    return f"{hosts} host" if hosts == 1 else f"{hosts} hosts"
 
 
 @dataclass(frozen=True)
@@ -64,7 +61,9 @@ class HostSources:
     self_names: SelfNames
     exec_timeout: float = DISCOVER_EXEC_TIMEOUT
     # The texts last read and the snapshot they gave (the one mutable part, private to read()).
-    _last: dict = field(default_factory=dict, init=False, compare=False, repr=False)
+    _last: dict[tuple[str | None, ...], Snapshot] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     @classmethod
     def from_settings(cls, settings: Settings, environ: Mapping[str, str]) -> HostSources:
@@ -92,10 +91,11 @@ class HostSources:
             texts: tuple[str | None, ...] = (self.hosts_option,)
         else:
             texts = (self._hostfile_text(), self._discover_text())
-        if self._last.get("texts") == texts:
-            return self._last["snapshot"]
-        snapshot = self._parse(texts)
-        self._last.update(texts=texts, snapshot=snapshot)
+        snapshot = self._last.get(texts)
+        if snapshot is None:
+            snapshot = self._parse(texts)
+            self._last.clear()
+            self._last[texts] = snapshot
         return snapshot
 
     def _hostfile_text(self) -> str | None:
@@ -122,20 +122,20 @@ class HostSources:
         if self.hosts_option is not None:
             hosts = parse_hosts_option(self.hosts_option)
             found += hosts
-            sources.append(f"--hosts ({_count(len(hosts))})")
+            sources.append(f"--hosts ({count_hosts(len(hosts))})")
         else:
             hostfile_text, discover_text = texts
             if hostfile_text is not None:
                 hosts = parse_hostfile(hostfile_text, str(self.hostfile))
                 found += hosts
-                sources.append(f"{self.hostfile} ({_count(len(hosts))})")
+                sources.append(f"{self.hostfile} ({count_hosts(len(hosts))})")
             if discover_text is not None:
                 if self.discover_exec:
                     hosts = parse_host_lines(discover_text, f"{self.discover} (exec)")
-                    sources.append(f"{self.discover} (exec, {_count(len(hosts))})")
+                    sources.append(f"{self.discover} (exec, {count_hosts(len(hosts))})")
                 else:
                     hosts = parse_discover_script(discover_text, str(self.discover))
-                    sources.append(f"{self.discover} ({_count(len(hosts))})")
+                    sources.append(f"{self.discover} ({count_hosts(len(hosts))})")
                 found += hosts
         kept: list[Host] = []
         skipped: list[str] = []

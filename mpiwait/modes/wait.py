@@ -10,7 +10,7 @@ import queue
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from mpiwait.errors import ExitCode, InputError, MpiwaitError, interrupted_status
+from mpiwait.errors import ExitCode, InputError, interrupted_status
 from mpiwait.hosts.sources import HostSources, Snapshot, rereader
 from mpiwait.launch.command import (
     ROLE_VARIABLE,
@@ -20,14 +20,10 @@ from mpiwait.launch.command import (
     is_mpi_launcher,
     worker_role,
 )
-from mpiwait.output.report import (
-    Reporter,
-    print_launch_plan,
-    print_plan,
-    print_worker_plan,
-    summary_lines,
-    write_termination_log,
-)
+from mpiwait.output.plans import HostPlan, print_launch_plan, print_plan, print_worker_plan
+from mpiwait.output.report import Reporter
+from mpiwait.output.termination import write_termination_log
+from mpiwait.output.text import summary_lines
 from mpiwait.probe.outcome import Outcome
 from mpiwait.settings import (
     DEFAULT_RETRY_INITIAL,
@@ -38,10 +34,10 @@ from mpiwait.settings import (
     Check,
     Settings,
 )
-from mpiwait.wait.events import End, WaitStarted
+from mpiwait.wait.events import End, WaitResult, WaitStarted
 
 if TYPE_CHECKING:  # imported only on the paths that use them
-    from mpiwait.launch.handover import Handover, Interface
+    from mpiwait.launch.handover import Handover, Interface, Launch
     from mpiwait.probe.attempt import Prober
     from mpiwait.probe.kept import KeptConnections
 
@@ -60,17 +56,7 @@ def run(settings: Settings, environ: Mapping[str, str]) -> int:
         from mpiwait.modes.list_ready import list_ready
 
         return list_ready(settings, environ)
-    try:
-        return _run(settings, environ)
-    except MpiwaitError as exc:
-        # Failures found before or after the wait (an unusable key file, a COMMAND that is not
-        # there, a malformed hostfile) end the container just as a deadline does: Kubernetes
-        # shows the reason in `kubectl describe pod` only if it is in the termination log.
-        lines = [f"error: {exc.message}"] + ([f"hint: {exc.hint}"] if exc.hint else [])
-        write_termination_log(
-            settings.termination_log, lines, create=settings.termination_log_explicit
-        )
-        raise
+    return _run(settings, environ)
 
 
 def _run(settings: Settings, environ: Mapping[str, str]) -> int:
@@ -88,7 +74,7 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
 
     if settings.dry_run:
         prober = prober_for(settings, lookup_pool(settings.parallel))
-        print_plan(prober, first)
+        print_plan(_host_plans(prober, first.names), first.sources, first.skipped_self)
         if launch is not None:
             handover = _plan(settings, environ, launch, None, first.skipped_self)
             print_launch_plan(launch.describe(), handover.lines())
@@ -114,6 +100,29 @@ def _run(settings: Settings, environ: Mapping[str, str]) -> int:
     if result.end is End.INTERRUPTED:
         return interrupted_status(result.signal_name)
     return _END_STATUS[result.end]
+
+
+def _host_plans(prober: Prober, names: tuple[str, ...]) -> list[HostPlan]:
+    """Each host's settings as the probe will use them, for the dry run's plan."""
+    from mpiwait.probe.keys import present_identity_files
+
+    plans = []
+    for name in names:
+        target = prober.target(name)
+        plans.append(
+            HostPlan(
+                name=name,
+                address=target.address,
+                port=target.port,
+                user=target.user,
+                identity_files=present_identity_files(
+                    target.identity_files, defaults=target.identities_default
+                ),
+                strict_host_key_checking=target.strict_host_key_checking,
+                connect_timeout=prober.timeout_for(target),
+            )
+        )
+    return plans
 
 
 def _step_aside(settings: Settings, environ: Mapping[str, str], reporter: Reporter) -> int:
@@ -159,7 +168,9 @@ def _read_first(settings: Settings, sources: HostSources, reporter: Reporter) ->
     )
 
 
-def _started(settings: Settings, prober: Prober, first: Snapshot, launch) -> WaitStarted:
+def _started(
+    settings: Settings, prober: Prober, first: Snapshot, launch: Launch | None
+) -> WaitStarted:
     """The start line, with the notes on what mpiwait's probe does differently from ssh."""
     resolver = prober.resolver
     notes: list[str] = []
@@ -200,7 +211,15 @@ def _attempt(
     return attempt
 
 
-def _hand_over(settings, environ, launch, prober, result, is_self, reporter: Reporter) -> None:
+def _hand_over(
+    settings: Settings,
+    environ: Mapping[str, str],
+    launch: Launch | None,
+    prober: Prober,
+    result: WaitResult,
+    is_self: Callable[[str], bool],
+    reporter: Reporter,
+) -> None:
     """All ready: exec COMMAND (with what the launch is handed), or log the initContainer's
     advice and return."""
     hosts = tuple(h.host for h in result.hosts)
@@ -220,7 +239,7 @@ def _hand_over(settings, environ, launch, prober, result, is_self, reporter: Rep
             reporter.info(line)
 
 
-def _recognise(settings: Settings, environ: Mapping[str, str], reporter: Reporter):
+def _recognise(settings: Settings, environ: Mapping[str, str], reporter: Reporter) -> Launch | None:
     """The MPI that COMMAND launches, when mpiwait is to hand it what the wait learned."""
     if not settings.command or not settings.launch_env:
         return None
@@ -245,19 +264,32 @@ def _is_node(settings: Settings) -> bool:
     )
 
 
-def _interface(prober, hosts: tuple[str, ...], is_self: Callable[[str], bool]) -> Interface:
+def _interface(prober: Prober, hosts: tuple[str, ...], is_self: Callable[[str], bool]) -> Interface:
     from mpiwait.launch.interfaces import interface_for
 
     reached = prober.local_addresses()
     return interface_for({h: reached[h] for h in hosts if h in reached and not is_self(h)})
 
 
-def _handover(settings, environ, launch, prober, hosts, is_self) -> Handover:
+def _handover(
+    settings: Settings,
+    environ: Mapping[str, str],
+    launch: Launch,
+    prober: Prober,
+    hosts: tuple[str, ...],
+    is_self: Callable[[str], bool],
+) -> Handover:
     interface = _interface(prober, hosts, is_self)
     return _plan(settings, environ, launch, interface, tuple(h for h in hosts if is_self(h)))
 
 
-def _plan(settings, environ, launch, interface, self_entries: tuple[str, ...]) -> Handover:
+def _plan(
+    settings: Settings,
+    environ: Mapping[str, str],
+    launch: Launch,
+    interface: Interface | None,
+    self_entries: tuple[str, ...],
+) -> Handover:
     """What the launch is handed; ``interface`` None: not known (a dry run connects nowhere)."""
     import socket
 
@@ -327,7 +359,15 @@ def _collector_for_logins() -> Iterator[None]:
         gc.unfreeze()
 
 
-def _wait(settings, sources: HostSources, names, attempt, reporter, done, kept):
+def _wait(
+    settings: Settings,
+    sources: HostSources,
+    names: tuple[str, ...],
+    attempt: Callable[[str], Outcome],
+    reporter: Reporter,
+    done: queue.SimpleQueue[tuple[str, Outcome]],
+    kept: KeptConnections | None,
+) -> WaitResult:
     from mpiwait.wait.loop import ThreadRunner, WaitPolicy, wait_for_hosts
 
     return wait_for_hosts(

@@ -26,6 +26,7 @@ from mpiwait.openssh.evaluate import (
     Local,
     Options,
     Root,
+    Tokens,
     ascii_lower,
     connection_tokens,
     percent_expand,
@@ -223,7 +224,7 @@ class SSHResolver:
         )
 
     def _identity_files(
-        self, opts: Options, tokens: Mapping, host: str
+        self, opts: Options, tokens: Tokens, host: str
     ) -> tuple[tuple[str, ...], bool]:
         """The key files ssh will try, expanded, and whether missing ones are skipped (ssh's
         defaults and the config's) rather than an error (named with -i)."""
@@ -250,7 +251,7 @@ class SSHResolver:
         )
         return identities, identities_default
 
-    def _known_hosts_files(self, opts: Options, tokens: Mapping, host: str) -> tuple[str, ...]:
+    def _known_hosts_files(self, opts: Options, tokens: Tokens, host: str) -> tuple[str, ...]:
         """The user's known_hosts files (expanded) then the global ones, "none" left out."""
         user_files = opts.user_known_hosts or list(DEFAULT_USER_KNOWN_HOSTS)
         # ssh expands neither ~ nor %-tokens in GlobalKnownHostsFile.
@@ -290,7 +291,7 @@ class SSHResolver:
                     break
         return tuple(notes)
 
-    def _expand_path(self, value: str, tokens: Mapping, host: str, what: str) -> str:
+    def _expand_path(self, value: str, tokens: Tokens, host: str, what: str) -> str:
         # As ssh: ~ first (from passwd), then ${VAR} and %-tokens; a failure makes ssh exit.
         try:
             return percent_expand(
@@ -318,10 +319,10 @@ def _refuse_unfollowed(opts: Options, host: str) -> None:
             hint="limit CertificateFile to other hosts, or use plain keys for the workers",
         )
     for keyword in ("pkcs11provider", "smartcarddevice"):
-        line = opts.where.get(keyword)
-        if line is not None and opts.scalars[keyword].lower() != "none":
+        found = opts.where.get(keyword)
+        if found is not None and opts.scalars[keyword].lower() != "none":
             raise InputError(
-                f"{line.where}: {keyword} applies to {host}: mpiwait cannot use keys held by a "
+                f"{found.where}: {keyword} applies to {host}: mpiwait cannot use keys held by a "
                 "PKCS#11 token"
             )
 

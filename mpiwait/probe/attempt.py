@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from mpiwait.errors import InputError, PermanentError
 from mpiwait.openssh.config import SSHResolver, SSHTarget
@@ -32,11 +33,19 @@ from mpiwait.settings import (
     Settings,
 )
 
+if TYPE_CHECKING:
+    import paramiko
+
+    from mpiwait.probe.keys import Identity
+
+# Entries of getaddrinfo's answer: (family, type, proto, canonname, sockaddr).
+AddrInfo = tuple[Any, ...]
+
 # paramiko imports invoke only for its own ssh_config `Match exec`, which mpiwait never uses
 # (openssh/evaluate.py runs Match exec itself); left out, paramiko's import takes ~55 ms instead of
 # ~100 ms (benchmarks/, scenario 3). This module is imported only on the paths that log in, before
 # paramiko is, so the flag is set exactly where paramiko is used. None: `import invoke` raises.
-sys.modules.setdefault("invoke", None)
+sys.modules.setdefault("invoke", None)  # type: ignore[arg-type]  # None blocks an import
 
 READY = Outcome(Status.READY, Stage.READY, "ready")
 
@@ -80,7 +89,7 @@ class Prober:
         self._lookups = lookups or lookup_pool(1)
         self._targets: dict[str, SSHTarget] = {}
         # host -> (when looked up, getaddrinfo's answer), kept while its SSH port refuses
-        self._refused: dict[str, tuple[float, list]] = {}
+        self._refused: dict[str, tuple[float, list[AddrInfo]]] = {}
         # host -> this machine's address of its last accepted connect: the launch learns from
         # it the interface that routes to the workers (launch/handover.py)
         self._local: dict[str, str] = {}
@@ -196,7 +205,9 @@ class Prober:
         finally:
             transport.close()
 
-    def _handshake(self, transport, target: SSHTarget, timeout: float) -> Outcome | None:
+    def _handshake(
+        self, transport: paramiko.Transport, target: SSHTarget, timeout: float
+    ) -> Outcome | None:
         """Banner and key exchange, asking first for the host key types known_hosts lists;
         None when the session is set up."""
         import paramiko
@@ -224,7 +235,7 @@ class Prober:
             return _retry(Stage.SSH, "handshake", f"no SSH key exchange within {timeout:g}s")
         return None
 
-    def _check_host_key(self, transport, target: SSHTarget) -> Outcome | None:
+    def _check_host_key(self, transport: paramiko.Transport, target: SSHTarget) -> Outcome | None:
         """StrictHostKeyChecking against the key the server showed; None when it passes."""
         try:
             kh_address, kh_port = target.known_hosts_address
@@ -240,7 +251,9 @@ class Prober:
             return Outcome(Status.FATAL, Stage.SSH, "host-key", exc.message, exc.hint)
         return None
 
-    def _authenticate(self, transport, target: SSHTarget, identities) -> Outcome | None:
+    def _authenticate(
+        self, transport: paramiko.Transport, target: SSHTarget, identities: tuple[Identity, ...]
+    ) -> Outcome | None:
         import paramiko
 
         for identity in identities:
@@ -270,7 +283,7 @@ class Prober:
             "(mpi-operator: the job's ssh-auth secret, mounted on launcher and workers alike)",
         )
 
-    def _run_remote(self, transport, command: str, timeout: float) -> Outcome:
+    def _run_remote(self, transport: paramiko.Transport, command: str, timeout: float) -> Outcome:
         channel = transport.open_session(timeout=timeout)
         try:
             # Sent as given: the remote user's shell interprets it, exactly as with ssh host CMD.
@@ -287,7 +300,9 @@ class Prober:
         return READY
 
 
-def _before_banner(transport, exc: BaseException, timeout: float) -> Outcome | None:
+def _before_banner(
+    transport: paramiko.Transport, exc: BaseException, timeout: float
+) -> Outcome | None:
     """The outcome when ``start_client`` failed before the server's SSH banner arrived, else
     None (the failure came later, in the key exchange).
 
@@ -314,7 +329,7 @@ def _before_banner(transport, exc: BaseException, timeout: float) -> Outcome | N
     return None
 
 
-def _prefer_host_key_types(transport, known: tuple[str, ...]) -> None:
+def _prefer_host_key_types(transport: paramiko.Transport, known: tuple[str, ...]) -> None:
     """Ask first for the host key types known_hosts lists, as ssh does (order_hostkeyalgs).
 
     Without it paramiko asks for its own favourite (ed25519) and gets a key known_hosts does not
@@ -344,7 +359,7 @@ def _lookup_failed(exc: Exception, address: str, timeout: float) -> Outcome:
     return _retry(Stage.DNS, "unresolved", f"{address}: not a valid name")  # UnicodeError
 
 
-def _connect(infos: list, timeout: float) -> tuple[socket.socket | None, Outcome | None]:
+def _connect(infos: list[AddrInfo], timeout: float) -> tuple[socket.socket | None, Outcome | None]:
     """Connect to the first address that accepts, as ssh does; a failure names the last error."""
     failure: Outcome | None = None
     for family, kind, proto, _, address in infos:

@@ -183,7 +183,9 @@ class _Loop:
         self.tracks[host].due_seq = self.seq
         heapq.heappush(self.due, (at, self.seq, host))
 
-    def result(self, end: End, failed: _Track | None = None, signal: str | None = None):
+    def result(
+        self, end: End, failed: _Track | None = None, signal: str | None = None
+    ) -> WaitResult:
         return WaitResult(
             end=end,
             hosts=tuple(t.state() for t in self.tracks.values()),

@@ -61,7 +61,7 @@ class Schedule:
         self._wait = tenacity.wait_exponential(multiplier=policy.initial, max=policy.maximum)
         # tenacity's strategies read only attempt_number; one bare call state serves every host
         # from a single loop instead of a thread per host under Retrying.
-        self._state = tenacity.RetryCallState(None, None, (), {})
+        self._state = tenacity.RetryCallState(tenacity.Retrying(), None, (), {})
 
     def envelope(self, attempts: int) -> float:
         """The longest wait after the ``attempts``-th failed attempt (1-based)."""

@@ -12,17 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from mpiwait.output.report import (
-    NAMES_PER_GROUP,
-    PER_HOST_LINES_UP_TO,
-    PREFIX,
-    TERMINATION_LOG_BYTES,
-    Reporter,
-    group_not_ready,
-    print_plan,
-    summary_lines,
-    write_termination_log,
-)
+from mpiwait.output.groups import NAMES_PER_GROUP, group_not_ready
+from mpiwait.output.plans import print_plan
+from mpiwait.output.report import Reporter
+from mpiwait.output.termination import TERMINATION_LOG_BYTES, write_termination_log
+from mpiwait.output.text import PER_HOST_LINES_UP_TO, PREFIX, summary_lines
 from mpiwait.probe.outcome import Outcome, Stage, Status
 from mpiwait.settings import LogFormat
 from mpiwait.wait.events import (
@@ -678,7 +672,7 @@ def test_json_waiting_record_is_bounded_at_1000_hosts() -> None:
 
 
 def plan(tmp_path: Path, config: str, **settings: object) -> list[str]:
-    from mpiwait.hosts.sources import Host, Snapshot
+    from mpiwait.modes.wait import _host_plans
     from mpiwait.probe.attempt import prober_for
     from mpiwait.probe.lookup import lookup_pool
     from mpiwait.settings import Settings
@@ -686,9 +680,8 @@ def plan(tmp_path: Path, config: str, **settings: object) -> list[str]:
     cfg = tmp_path / "ssh_config"
     cfg.write_text(config)
     prober = prober_for(Settings(ssh_config=cfg, **settings), lookup_pool(1))  # type: ignore[arg-type]
-    snapshot = Snapshot((Host("w1", None, "--hosts"),), ("launcher",), ("--hosts (2 hosts)",))
     out = io.StringIO()
-    print_plan(prober, snapshot, out)
+    print_plan(_host_plans(prober, ("w1",)), ("--hosts (2 hosts)",), ("launcher",), out)
     return out.getvalue().splitlines()
 
 
