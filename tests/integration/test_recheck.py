@@ -177,10 +177,13 @@ def test_a_late_worker_past_the_bound_is_launched_on_without_a_round_over_the_ot
     assert "re-checking" not in r.stderr, r
     assert re.match(_line(rf"{N + 1}/{N + 1} ready"), r.lines[-2]), r
     assert r.lines[-1].startswith(f"mpiwait: all {N + 1} hosts ready in "), r
-    # Every connection to a worker logged in (none closed before authenticating, what an
-    # OpenSSH 9.8+ sshd penalises), and the re-checks while waiting are bounded per worker.
+    # Every connection to a worker logged in but the re-checks still under way at the exec,
+    # which it cuts before they authenticate (what an OpenSSH 9.8+ sshd penalises, 1 s each
+    # against the 15 s that get a source refused): at most one per worker, one per probe slot.
+    # The re-checks while waiting are bounded per worker.
     connections, logins = _per_address(log)
-    assert connections == logins, (connections - logins, r)
+    cut = connections - logins
+    assert max(cut.values(), default=0) <= 1 and cut.total() <= 32, (cut, r)
     assert set(logins) == set(m.addrs), r
     waited = float(re.search(r"hosts ready in ([\d.]+)s", r.lines[-1]).group(1))
     most = 1 + waited / (SCALE_BOUND / 2)
