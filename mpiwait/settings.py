@@ -72,14 +72,8 @@ RETRY_FLOOR_SSH = 0.1
 BACKOFF_GRACE = 20.0
 BACKOFF_DOUBLING = 10.0
 
-# Before the launch (and before exit 0 without COMMAND), hosts that passed longer ago than this
-# are checked again, all at once: a worker restarted, evicted or preempted while the last one
-# was still pulling its image would otherwise make mpirun fail on it. 30 s is three times the
-# slowest normal start measured here (1000 hosts verified in ~10 s on 2 cores; a job of 8-64
-# workers starting over 10 s), so a quick start never pays for a re-check; a wait that is long
-# enough for a restart to happen in it (minutes of image pulling) always does. A host that
-# passed within the last 30 s is left to mpirun's own ssh, which mpi-operator sets to retry a
-# refused connect for 10 s (ConnectionAttempts=10).
+# The oldest a host's last full check may be at the launch: a ready host is checked again 15-30 s
+# after each pass while others are missing (why 30 s, and what it costs: docs/how-it-works.md).
 DEFAULT_RECHECK_AFTER = 30.0
 
 # A name whose address refused the SSH port is looked up again at most this often; the attempts

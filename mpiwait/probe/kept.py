@@ -92,8 +92,7 @@ class KeptConnections:
                 self._forget(sock)
             self._socks.clear()
         with contextlib.suppress(OSError):
-            self._wake_w.send(b"x")
-        self._thread.join(timeout=5)
+            self._wake_w.send(b"x")  # the watcher ends by itself: no join on the way to exec
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, self._limit)
 
