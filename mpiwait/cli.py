@@ -11,7 +11,7 @@ import math
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import click
@@ -19,6 +19,8 @@ import click
 from mpiwait import __version__
 from mpiwait.errors import ExitCode, Interrupted, MpiwaitError, interrupted_status
 from mpiwait.settings import (
+    BACKOFF_DOUBLING,
+    BACKOFF_GRACE,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_DISCOVER_HOSTS,
     DEFAULT_HOSTFILE,
@@ -29,10 +31,22 @@ from mpiwait.settings import (
     DEFAULT_RETRY_MAX,
     DEFAULT_TERMINATION_LOG,
     DEFAULT_TIMEOUT,
+    PERMANENT_FAILURES_BEFORE_EXIT,
+    RETRY_FLOOR_DNS,
+    RETRY_FLOOR_SSH,
+    RETRY_FLOOR_TCP,
+    SOURCE_REREAD_INTERVAL,
+    STATUS_INTERVAL,
     Check,
     LogFormat,
+    Mode,
+    OutputOptions,
+    ProbeOptions,
+    Run,
     Settings,
+    SourceOptions,
 )
+from mpiwait.wait.policy import Budget, RetryPolicy, WaitPolicy
 
 CONTEXT = {
     "auto_envvar_prefix": "MPIWAIT",
@@ -313,6 +327,67 @@ def _check_retry_window(
         )
 
 
+def resolve(settings: Settings) -> Run:
+    """The command line as the values each part of a run needs, every default applied here."""
+    if settings.list_ready:
+        mode = Mode.LIST_READY
+    else:
+        mode = Mode.DRY_RUN if settings.dry_run else Mode.WAIT
+    return Run(
+        mode=mode,
+        command=settings.command,
+        launch_env=settings.launch_env,
+        sources=SourceOptions(
+            hostfile=settings.hostfile,
+            hostfile_explicit=settings.hostfile_explicit,
+            discover=settings.discover_hosts,
+            discover_explicit=settings.discover_explicit,
+            discover_exec=settings.discover_exec,
+            hosts_option=settings.hosts_option,
+            include_self=settings.include_self,
+        ),
+        probe=ProbeOptions(
+            check=settings.check,
+            ssh_config=settings.ssh_config,
+            port=settings.port,
+            user=settings.user,
+            identity_files=settings.identity_files,
+            remote_command=settings.remote_command,
+            connect_timeout=settings.connect_timeout,
+        ),
+        wait=WaitPolicy(
+            timeout=settings.timeout,
+            budget=Budget(settings.parallel, settings.probe_rate),
+            retry=_retry_policy(settings),
+            reread_interval=SOURCE_REREAD_INTERVAL,
+            permanent_after=PERMANENT_FAILURES_BEFORE_EXIT,
+            status_interval=STATUS_INTERVAL,
+            recheck_after=settings.recheck_after or math.inf,  # 0: never
+        ),
+        output=OutputOptions(
+            log_format=settings.log_format,
+            quiet=settings.quiet,
+            termination_log=settings.termination_log,
+            create_termination_log=settings.termination_log_explicit,
+        ),
+    )
+
+
+def _retry_policy(settings: Settings) -> RetryPolicy:
+    """Neither --retry option: the budget-following schedule under the default envelope; either
+    given: full-jitter backoff over that window, the schedule these options always meant."""
+    return RetryPolicy(
+        initial=settings.retry_initial or DEFAULT_RETRY_INITIAL,
+        maximum=settings.retry_max or DEFAULT_RETRY_MAX,
+        floor_dns=RETRY_FLOOR_DNS,
+        floor_tcp=RETRY_FLOOR_TCP,
+        floor_ssh=RETRY_FLOOR_SSH,
+        grace=BACKOFF_GRACE,
+        doubling=BACKOFF_DOUBLING,
+        follow_budget=settings.retry_initial is None and settings.retry_max is None,
+    )
+
+
 def parse(argv: list[str]) -> Settings | int:
     """Settings, or the exit status when parsing already answered (help, version, error)."""
     try:
@@ -382,14 +457,13 @@ def main(argv: list[str] | None = None) -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
+    run = resolve(parsed)
     try:
-        from mpiwait.modes.wait import run
-
-        status = run(parsed, os.environ)
+        status = run_mode(run, os.environ)
     except MpiwaitError as exc:
         status = int(exc.exit_code)
-        _leave_termination_log(parsed, exc)
-        _one_line_error(parsed, exc.message, exc.hint, status)
+        _leave_termination_log(run, exc)
+        _one_line_error(run.output, exc.message, exc.hint, status)
     except Interrupted as exc:
         status = exc.exit_code
     except Exception as exc:  # a bug: one line, and the traceback only on request
@@ -397,7 +471,7 @@ def main(argv: list[str] | None = None) -> None:
             raise
         status = ExitCode.INTERNAL
         _one_line_error(
-            parsed,
+            run.output,
             f"internal error: {type(exc).__name__}: {exc}",
             "please report it; MPIWAIT_DEBUG=1 shows the traceback",
             status,
@@ -405,25 +479,41 @@ def main(argv: list[str] | None = None) -> None:
     _exit(int(status))
 
 
-def _one_line_error(settings: Settings, message: str, hint: str | None, status: int) -> None:
+def run_mode(run: Run, environ: Mapping[str, str]) -> int:
+    """The run's mode, by its one entry function; each is imported only when it runs."""
+    if run.mode is Mode.LIST_READY:
+        from mpiwait.modes.list_ready import list_ready
+
+        return list_ready(run, environ)
+    if run.mode is Mode.DRY_RUN:
+        from mpiwait.modes.dry_run import dry_run
+
+        return dry_run(run, environ)
+    from mpiwait.modes.wait import wait_and_exec
+
+    return wait_and_exec(run, environ)
+
+
+def _one_line_error(output: OutputOptions, message: str, hint: str | None, status: int) -> None:
     # Through the Reporter, so that with --log-format json an error (a bad key file, a COMMAND
     # that is not found, a malformed hostfile) is a JSON line like every other, not plain text.
     from mpiwait.output.report import Reporter
 
-    Reporter(settings.log_format).error(message, hint, exit_code=status)
+    Reporter(output.log_format).error(message, hint, exit_code=status)
 
 
-def _leave_termination_log(settings: Settings, exc: MpiwaitError) -> None:
+def _leave_termination_log(run: Run, exc: MpiwaitError) -> None:
     """A failure found before or after the wait (an unusable key file, a COMMAND that is not
     there, a malformed hostfile) ends the container just as a deadline does: Kubernetes shows
     the reason in `kubectl describe pod` only if it is in the termination log. Not for
     --list-ready: horovodrun runs it every second and reports its failures itself."""
-    if settings.list_ready:
+    if run.mode is Mode.LIST_READY:
         return
     from mpiwait.output.termination import write_termination_log
 
     lines = [f"error: {exc.message}"] + ([f"hint: {exc.hint}"] if exc.hint else [])
-    write_termination_log(settings.termination_log, lines, create=settings.termination_log_explicit)
+    output = run.output
+    write_termination_log(output.termination_log, lines, create=output.create_termination_log)
 
 
 def _exit(status: int) -> None:

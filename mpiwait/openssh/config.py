@@ -31,6 +31,7 @@ from mpiwait.openssh.evaluate import (
     connection_tokens,
     percent_expand,
 )
+from mpiwait.openssh.localuser import LocalUser
 from mpiwait.openssh.syntax import parse_time
 
 DEFAULT_PORT = 22
@@ -80,28 +81,6 @@ class SSHTarget:
         return self.address, self.port
 
 
-@dataclass(frozen=True)
-class LocalUser:
-    """The local account as ssh sees it: its passwd entry, not $HOME or $USER."""
-
-    name: str
-    home: str
-    # False for a uid with no passwd entry (OpenShift's arbitrary uids without nss_wrapper):
-    # ssh itself then exits with "No user exists for uid N", so mpirun cannot work either.
-    in_passwd: bool = True
-
-    @classmethod
-    def current(cls, environ: Mapping[str, str] | None = None) -> LocalUser:
-        env = os.environ if environ is None else environ
-        uid = os.getuid()
-        try:
-            entry = pwd.getpwuid(uid)
-        except KeyError:
-            name = env.get("USER") or env.get("LOGNAME") or str(uid)
-            return cls(name=name, home=env.get("HOME") or "/", in_passwd=False)
-        return cls(name=entry.pw_name, home=entry.pw_dir or "/")
-
-
 def _config_roots(
     config_path: Path | None, user_config: Path | None, system_config: Path, home: str
 ) -> tuple[Root, ...]:
@@ -120,7 +99,7 @@ def _config_roots(
     return (Root(str(config_path), user_scope=True, check_perms=False, required=True),)
 
 
-class SSHResolver:
+class SSHConfig:
     """Reads the ssh config files once; then resolves any number of hosts cheaply."""
 
     def __init__(

@@ -17,21 +17,15 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from mpiwait.errors import InputError, PermanentError
-from mpiwait.openssh.config import SSHResolver, SSHTarget
+from mpiwait.openssh.config import SSHConfig, SSHTarget
 from mpiwait.probe.kept import KeptConnections
 from mpiwait.probe.keys import HostKeyPolicy, IdentityCache
-from mpiwait.probe.lookup import LookupTimeout, Resolver, ResolverBusy, lookup_pool
-from mpiwait.probe.outcome import Outcome, Stage, Status
-from mpiwait.settings import (
-    DEFAULT_CONNECT_TIMEOUT,
-    REFUSED_ADDRESS_REUSE,
-    Check,
-    Settings,
-)
+from mpiwait.probe.lookup import LookupPool, LookupTimeout, ResolverBusy
+from mpiwait.probe.outcome import Outcome, Reached, Stage, Status
+from mpiwait.settings import REFUSED_ADDRESS_REUSE, Check, ProbeOptions
 
 if TYPE_CHECKING:
     import paramiko
@@ -61,63 +55,42 @@ def _retry(stage: Stage, reason: str, detail: str) -> Outcome:
     return Outcome(Status.RETRY, stage, reason, detail)
 
 
-@dataclass(frozen=True)
-class ProbeConfig:
-    check: Check
-    connect_timeout: float | None  # None: the ssh config's ConnectTimeout, else the default
-    remote_command: str | None = None
-
-
 class Prober:
     """Runs attempts; safe to call from many threads at once."""
 
     def __init__(
         self,
-        config: ProbeConfig,
-        resolver: SSHResolver,
+        options: ProbeOptions,
+        ssh: SSHConfig,
+        lookups: LookupPool,
         *,
         identities: IdentityCache | None = None,
         host_keys: HostKeyPolicy | None = None,
-        lookups: Resolver | None = None,
         kept: KeptConnections | None = None,
     ) -> None:
-        self._config = config
+        self._options = options
         self._kept = kept  # where a passed login's connection stays open (None: closed)
-        self._resolver = resolver
+        self._ssh = ssh
         self._identities = identities or IdentityCache()
         self._host_keys = host_keys or HostKeyPolicy()
-        self._lookups = lookups or lookup_pool(1)
+        self._lookups = lookups
         self._targets: dict[str, SSHTarget] = {}
         # host -> (when looked up, getaddrinfo's answer), kept while its SSH port refuses
         self._refused: dict[str, tuple[float, list[AddrInfo]]] = {}
-        # host -> this machine's address of its last accepted connect: the launch learns from
-        # it the interface that routes to the workers (launch/handover.py)
-        self._local: dict[str, str] = {}
         self._lock = threading.Lock()
 
-    @property
-    def resolver(self) -> SSHResolver:
-        """How each host's ssh settings are found (the start notes read it too)."""
-        return self._resolver
-
     def target(self, host: str) -> SSHTarget:
+        """The host's ssh settings, as OpenSSH resolves them (once per host)."""
         with self._lock:
             target = self._targets.get(host)
         if target is None:
-            target = self._resolver.resolve(host)
+            target = self._ssh.resolve(host)
             with self._lock:
                 self._targets[host] = target
         return target
 
-    def local_addresses(self) -> dict[str, str]:
-        """host -> the local address its SSH port accepted a connect from."""
-        with self._lock:
-            return dict(self._local)
-
     def timeout_for(self, target: SSHTarget) -> float:
-        if self._config.connect_timeout is not None:
-            return self._config.connect_timeout
-        return target.connect_timeout or DEFAULT_CONNECT_TIMEOUT
+        return self._options.timeout(target.connect_timeout)
 
     def preflight(self, hosts: tuple[str, ...]) -> None:
         """Fail now, not after minutes of waiting, on settings and key files that cannot work.
@@ -126,12 +99,14 @@ class Prober:
         would refuse for a host (InputError, exit 2) must stop mpiwait before it waits.
         """
         targets = [self.target(host) for host in hosts]
-        if self._config.check is not Check.SSH:
+        if self._options.check is not Check.SSH:
             return
         for target in targets:
             self._identities.get(target.identity_files, defaults=target.identities_default)
 
-    def attempt(self, host: str) -> Outcome:
+    def attempt(self, host: str, *, name_only: bool = False) -> Outcome:
+        """One attempt at ``host``, up to the check (``name_only``: its name must resolve,
+        for an entry naming this machine, which runs no sshd)."""
         try:
             target = self.target(host)
         except InputError as exc:
@@ -149,8 +124,9 @@ class Prober:
                 infos = self._lookups.resolve(target.address, target.port, timeout)
             except (LookupTimeout, ResolverBusy, socket.gaierror, UnicodeError) as exc:
                 return _lookup_failed(exc, target.address, timeout)
-        if self._config.check is Check.DNS:
-            return READY
+        check = Check.DNS if name_only else self._options.check
+        if check is Check.DNS:
+            return _ready(target, infos, "")
         sock, failure = _connect(infos, timeout)
         if sock is None:
             assert failure is not None
@@ -159,12 +135,14 @@ class Prober:
                 with self._lock:
                     self._refused[host] = (looked_up, infos)
             return failure
-        with contextlib.suppress(OSError), self._lock:
-            self._local[host] = sock.getsockname()[0]
         try:
-            if self._config.check is Check.TCP:
-                return READY
-            return self._login(sock, target, timeout, host)
+            local = ""
+            with contextlib.suppress(OSError):
+                local = sock.getsockname()[0]
+            if check is Check.TCP:
+                return _ready(target, infos, local)
+            outcome = self._login(sock, target, timeout, host)
+            return _ready(target, infos, local) if outcome is READY else outcome
         finally:
             sock.close()
 
@@ -191,9 +169,9 @@ class Prober:
             )
             if failed is not None:
                 return failed
-            if self._config.remote_command:
-                outcome = self._run_remote(transport, self._config.remote_command, timeout)
-                if outcome.status is not Status.READY:
+            if self._options.remote_command:
+                outcome = self._run_remote(transport, self._options.remote_command, timeout)
+                if outcome is not READY:
                     return outcome
             if self._kept is not None:
                 # paramiko closes its socket below and sends nothing: a duplicate keeps the
@@ -395,20 +373,25 @@ def _oserror(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
+def _ready(target: SSHTarget, infos: list[AddrInfo], local: str) -> Outcome:
+    addresses = tuple(sorted({info[4][0] for info in infos}))
+    return Outcome(
+        Status.READY,
+        Stage.READY,
+        "ready",
+        reached=Reached(target.address, target.port, addresses, local),
+    )
+
+
 def prober_for(
-    settings: Settings, lookups: Resolver, kept: KeptConnections | None = None
-) -> Prober:
-    """The prober for these settings: ssh settings resolved as OpenSSH would, then our
-    overrides (-p, -l, -i, -F), and the stages up to --check."""
-    resolver = SSHResolver(
-        config_path=settings.ssh_config,
-        port=settings.port,
-        user=settings.user,
-        identity_files=settings.identity_files,
+    options: ProbeOptions, lookups: LookupPool, kept: KeptConnections | None = None
+) -> tuple[SSHConfig, Prober]:
+    """ssh settings resolved as OpenSSH would, then our overrides (-p, -l, -i, -F); and the
+    prober for them, with the stages up to --check."""
+    ssh = SSHConfig(
+        config_path=options.ssh_config,
+        port=options.port,
+        user=options.user,
+        identity_files=options.identity_files,
     )
-    return Prober(
-        ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command),
-        resolver,
-        lookups=lookups,
-        kept=kept,
-    )
+    return ssh, Prober(options, ssh, lookups, kept=kept)

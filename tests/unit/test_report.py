@@ -238,7 +238,8 @@ def test_last_ready_always_reported_even_when_throttled() -> None:
 
 def test_no_line_per_failed_attempt() -> None:
     """Through the real waiting loop: 40 refused attempts at one host make one line, not 40."""
-    from mpiwait.wait.loop import WaitPolicy, wait_for_hosts
+    from mpiwait.wait.loop import wait_for_hosts
+    from mpiwait.wait.policy import Budget, RetryPolicy, WaitPolicy
 
     refused = Outcome(Status.RETRY, Stage.TCP, "refused", "port 22: refused")
     ready = Outcome(Status.READY, Stage.READY, "")
@@ -277,10 +278,8 @@ def test_no_line_per_failed_attempt() -> None:
         runner=runner,
         policy=WaitPolicy(
             timeout=0,
-            retry_initial=0.01,
-            retry_max=0.05,
-            parallel=4,
-            probe_rate=0,
+            budget=Budget(parallel=4, rate=0),
+            retry=RetryPolicy(0.01, 0.05, 0.05, 0.02, 0.1, 20.0, 10.0),
             reread_interval=1.0,
             permanent_after=3,
             status_interval=math.inf,
@@ -672,16 +671,15 @@ def test_json_waiting_record_is_bounded_at_1000_hosts() -> None:
 
 
 def plan(tmp_path: Path, config: str, **settings: object) -> list[str]:
-    from mpiwait.modes.wait import _host_plans
-    from mpiwait.probe.attempt import prober_for
-    from mpiwait.probe.lookup import lookup_pool
+    from mpiwait.cli import resolve
+    from mpiwait.modes.dry_run import host_plans
     from mpiwait.settings import Settings
 
     cfg = tmp_path / "ssh_config"
     cfg.write_text(config)
-    prober = prober_for(Settings(ssh_config=cfg, **settings), lookup_pool(1))  # type: ignore[arg-type]
+    run = resolve(Settings(ssh_config=cfg, **settings))  # type: ignore[arg-type]
     out = io.StringIO()
-    print_plan(_host_plans(prober, ("w1",)), ("--hosts (2 hosts)",), ("launcher",), out)
+    print_plan(host_plans(run, ("w1",)), ("--hosts (2 hosts)",), ("launcher",), out)
     return out.getvalue().splitlines()
 
 
