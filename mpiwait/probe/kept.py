@@ -74,13 +74,6 @@ class KeptConnections:
             self._selector.register(sock, selectors.EVENT_READ, host)
         return True
 
-    def drop(self, host: str) -> None:
-        """Stop holding ``host``'s connection (closed; not reported as lost)."""
-        with self._lock:
-            old = self._socks.pop(host, None)
-            if old is not None:
-                self._forget(old)
-
     def close(self) -> None:
         """Close every kept connection (an authenticated session's end: no penalty) and put the
         fd limit back as it was, so that COMMAND inherits the limit mpiwait was given."""
