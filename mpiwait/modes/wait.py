@@ -156,6 +156,8 @@ def _started(settings: Settings, prober: Prober, first: Snapshot, launch) -> Wai
     """The start line, with the notes on what mpiwait's probe does differently from ssh."""
     resolver = prober.resolver
     notes: list[str] = []
+    if resolver.client.path is None:
+        notes.append(resolver.client.describe())
     if settings.check is Check.SSH:
         notes.extend(resolver.offered_by_ssh_only())
     if settings.check is Check.SSH and not resolver.config_sets_host_key_policy():

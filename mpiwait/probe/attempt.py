@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 
 from mpiwait.errors import InputError, PermanentError
+from mpiwait.openssh.client import find_client
 from mpiwait.openssh.config import SSHResolver, SSHTarget
 from mpiwait.probe.keys import HostKeyPolicy, IdentityCache
 from mpiwait.probe.lookup import LookupTimeout, Resolver, ResolverBusy, lookup_pool
@@ -379,6 +380,7 @@ def prober_for(settings: Settings, lookups: Resolver) -> Prober:
         port=settings.port,
         user=settings.user,
         identity_files=settings.identity_files,
+        client=find_client(),  # the ssh mpirun will run: its release's rules, its ssh -G
     )
     return Prober(
         ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command),

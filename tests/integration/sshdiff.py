@@ -28,17 +28,18 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mpiwait.errors import InputError
+from mpiwait.openssh.client import find_client
 from mpiwait.openssh.config import LocalUser, SSHResolver
 
-DEFAULT_NAMES = ("id_rsa", "id_ecdsa", "id_ed25519")  # the ones mpiwait probes with
-SSH_DEFAULT_NAMES = (
-    "id_rsa",
-    "id_ecdsa",
-    "id_ecdsa_sk",
-    "id_ed25519",
-    "id_ed25519_sk",
-    "id_xmss",
-    "id_dsa",
+# The ones mpiwait probes with, of any release's defaults (client.Rules.default_identity_names).
+DEFAULT_NAMES = ("id_rsa", "id_ecdsa", "id_ed25519", "id_mldsa44_ed25519")
+_SK = ("id_rsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed25519_sk")
+# ssh -G's default list, by release: 8.4, 9.2, 10.0 (Debian builds XMSS in), 10.6.
+SSH_DEFAULT_LISTS = (
+    ("id_rsa", "id_dsa", *_SK[1:], "id_xmss"),
+    (*_SK, "id_xmss", "id_dsa"),
+    (*_SK, "id_xmss"),
+    (*_SK, "id_mldsa44_ed25519"),
 )
 _POLICY = {"true": {"yes"}, "false": {"no"}, "ask": {"yes", "unset"}, "accept-new": {"accept-new"}}
 
@@ -82,15 +83,17 @@ def _expand_like_ssh(value: str, tokens: Mapping[str, str], env: Mapping[str, st
     return "".join(out)
 
 
-def ssh_identities(lines: list[str], host_arg: str, env: Mapping[str, str]) -> list[str]:
+def ssh_identities(
+    lines: list[str], host_arg: str, env: Mapping[str, str], *, jump_token: bool = True
+) -> list[str]:
     """What ssh would load, in order (its defaults narrowed to the three mpiwait tries)."""
     first: dict[str, str] = {}
     for line in lines:
         key, _, value = line.partition(" ")
         first.setdefault(key, value)
     raw = [line[len("identityfile ") :] for line in lines if line.startswith("identityfile ")]
-    if raw == [f"~/.ssh/{n}" for n in SSH_DEFAULT_NAMES]:
-        raw = [f"~/.ssh/{n}" for n in DEFAULT_NAMES]
+    if any(raw == [f"~/.ssh/{n}" for n in names] for names in SSH_DEFAULT_LISTS):
+        raw = [v for v in raw if v[len("~/.ssh/") :] in DEFAULT_NAMES]
     this = socket.gethostname()
     entry = pwd.getpwuid(os.getuid())
     hostname, port, user = first["hostname"], first["port"], first["user"]
@@ -101,7 +104,7 @@ def ssh_identities(lines: list[str], host_arg: str, env: Mapping[str, str]) -> l
         "d": entry.pw_dir,
         "h": hostname,
         "i": str(os.getuid()),
-        "j": first.get("proxyjump", ""),
+        **({"j": first.get("proxyjump", "")} if jump_token else {}),  # %j: 9.3 on
         "k": first.get("hostkeyalias") or host_arg,
         "l": this,
         "n": host_arg,
@@ -124,8 +127,11 @@ def compare(
     ssh_args: list[str],
     make_resolver,
     env: Mapping[str, str],
+    ssh_g=ssh_g,
+    version: tuple[int, int] = (9, 2),
 ) -> list[str]:
-    """The differences between ssh and mpiwait for one host; [] when they agree."""
+    """The differences between ssh and mpiwait for one host; [] when they agree. ``ssh_g``
+    runs ``ssh -G ARGS`` (the installed one, or a release's under chroot)."""
     rc, lines, err = ssh_g([*ssh_args, host], env)
     try:
         got = make_resolver().resolve(host)
@@ -140,7 +146,7 @@ def compare(
             return [f"{host}: mpiwait's refusal names no line: {ours_error!r}"]
         return []
     try:
-        want_ids = ssh_identities(lines, host, env)
+        want_ids = ssh_identities(lines, host, env, jump_token=version >= (9, 3))
     except (KeyError, IndexError):
         # ssh -G accepts, but ssh itself would exit when it expands the IdentityFile.
         if ours_error is not None and "IdentityFile" in ours_error:
@@ -209,6 +215,7 @@ def run_spec(spec: dict) -> list[str]:
     diffs: list[str] = []
     home = pwd.getpwuid(os.getuid()).pw_dir
     _private_home(home, Path(spec["scratch"]))
+    client = find_client()
     for case in spec["cases"]:
         d = Path(case["dir"])
         mounts = [(d / "home" / ".ssh", f"{home}/.ssh"), (d / "etc-ssh", "/etc/ssh")]
@@ -220,8 +227,11 @@ def run_spec(spec: dict) -> list[str]:
                 for diff in compare(
                     host,
                     [],
-                    lambda env=env: SSHResolver(local_user=LocalUser.current(env), environ=env),
+                    lambda env=env: SSHResolver(
+                        local_user=LocalUser.current(env), environ=env, client=client
+                    ),
                     env,
+                    version=client.rules.version,
                 ):
                     diffs.append(f"{case['name']} (default files): {diff}")
         finally:
