@@ -676,16 +676,24 @@ class _ChrootClient(Client):
         return True, ran.stdout
 
 
-_RELEASES: dict[str, releases.Release] = {}
+_RELEASES: dict[str, releases.Release | Exception] = {}
 
 
 def _release(suite: str) -> releases.Release:
+    """The suite's release, its root built on first use (cached on disk); a root that cannot
+    be built fails every test of that release (never a skip), without building it again."""
     problem = _release_problem()
     if problem is not None:
         pytest.skip(problem)  # a failure in CI (tests/conftest.py)
     if suite not in _RELEASES:
-        _RELEASES[suite] = releases.Release(suite)
-    return _RELEASES[suite]
+        try:
+            _RELEASES[suite] = releases.Release(suite)
+        except Exception as exc:  # the build's error, kept for the suite's other tests
+            _RELEASES[suite] = exc
+    found = _RELEASES[suite]
+    if isinstance(found, Exception):
+        raise found
+    return found
 
 
 def _chroot_env(d: Path) -> dict[str, str]:
@@ -784,3 +792,40 @@ def test_without_ssh_the_start_line_says_which_rules(tmp_path: Path) -> None:
         "no ssh installed: ssh config read as OpenSSH_10.6p1 reads it, accepting what any "
         "supported OpenSSH release (8.4 to 10.6) accepts" in result.stderr
     ), result
+
+
+# --- a key OpenSSH 10.5+ makes and logs in with, and paramiko cannot read ----------------------
+
+
+def _mldsa_key(tmp_path: Path) -> Path:
+    key = tmp_path / "id_mldsa44_ed25519"
+    made = _release("sid").run(
+        ["/usr/bin/ssh-keygen", "-q", "-t", "mldsa44-ed25519", "-N", "", "-f", str(key)],
+        work=tmp_path,
+    )
+    assert made.returncode == 0, made
+    return key
+
+
+def test_an_mldsa_key_alone_is_named_not_a_traceback(tmp_path: Path) -> None:
+    key = _mldsa_key(tmp_path)
+    cfg = tmp_path / "config"
+    cfg.write_text(f"IdentityFile {key}\nIdentityFile {tmp_path}/id_ed25519\n")
+    result = testbed.run(None, ["-F", str(cfg), "--hosts", "127.0.0.1", "--timeout", "30"])
+    assert result.returncode == 3, result
+    assert f"identity file {key}: Unsupported key type" in result.stderr, result
+    assert "mpiwait (paramiko) cannot" in result.stderr, result
+
+
+def test_an_mldsa_key_beside_a_usable_one_is_passed_over(tmp_path: Path) -> None:
+    key = _mldsa_key(tmp_path)
+    ed25519 = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(ed25519)], check=True)
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    cfg = tmp_path / "config"
+    cfg.write_text(f"Port {port}\nIdentityFile {key}\nIdentityFile {ed25519}\n")
+    # Nothing listens: the wait runs to its deadline, past the key check that would exit 3.
+    result = testbed.run(None, ["-F", str(cfg), "--hosts", "127.0.0.1", "--timeout", "2"])
+    assert result.returncode == 124, result
+    assert "tcp refused" in result.stderr, result
