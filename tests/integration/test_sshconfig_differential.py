@@ -829,3 +829,14 @@ def test_an_mldsa_key_beside_a_usable_one_is_passed_over(tmp_path: Path) -> None
     result = testbed.run(None, ["-F", str(cfg), "--hosts", "127.0.0.1", "--timeout", "2"])
     assert result.returncode == 124, result
     assert "tcp refused" in result.stderr, result
+
+
+@pytest.mark.parametrize("suite", SUITES)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=_config)
+def test_generated_configs_agree_with_each_release(
+    suite: str, case: Case, tmp_path_factory
+) -> None:
+    d = tmp_path_factory.mktemp("gen")
+    _lay_out(case, d)
+    assert _release_diffs(case, d, suite) == [], case.user
