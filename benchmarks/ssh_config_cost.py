@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mpiwait.openssh.client import find_client
-from mpiwait.openssh.config import NO_CLIENT, SSHResolver
+from mpiwait.openssh.config import NO_CLIENT, SSHConfig
 
 CONFIG = (
     "Host *-worker-*\n  Port 2222\n  User mpiuser\n"
@@ -65,7 +65,7 @@ def main() -> int:
         def reader(client_finder: Callable[[], object]) -> Callable[[], object]:
             def run() -> object:
                 client = client_finder()
-                r = SSHResolver(config_path=cfg, client=client)  # type: ignore[arg-type]
+                r = SSHConfig(config_path=cfg, client=client)  # type: ignore[arg-type]
                 return [r.resolve(h) for h in hosts]
 
             return run

@@ -9,6 +9,8 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
+from mpiwait.wait.policy import WaitPolicy
+
 
 class Check(str, enum.Enum):
     """How far a host must get before it counts as ready; each stage includes the ones before."""
@@ -156,7 +158,8 @@ DEFAULT_TERMINATION_LOG = Path("/dev/termination-log")
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything one run needs, already validated (the CLI builds it; nothing else parses)."""
+    """The command line as given, validated (the CLI builds it; nothing else parses). The CLI
+    resolves it into a Run; nothing past the CLI reads it."""
 
     command: tuple[str, ...] = ()
     hostfile: Path | None = DEFAULT_HOSTFILE
@@ -188,3 +191,63 @@ class Settings:
     termination_log: Path | None = DEFAULT_TERMINATION_LOG
     termination_log_explicit: bool = False  # named by the user: created if it does not exist
     launch_env: bool = True  # hand the MPI launch what the wait learned (launch/handover.py)
+
+
+class Mode(str, enum.Enum):
+    WAIT = "wait"  # wait, then exec COMMAND or exit 0
+    LIST_READY = "list-ready"
+    DRY_RUN = "dry-run"
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Where hosts come from (hosts/sources.py)."""
+
+    hostfile: Path | None
+    hostfile_explicit: bool  # named by the user: missing is an error, not a skip
+    discover: Path | None
+    discover_explicit: bool
+    discover_exec: bool
+    hosts_option: str | None  # --hosts as given: when set, the files are not read
+    include_self: bool
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """What one attempt checks and how (probe/), and the overrides of ssh_config (openssh/)."""
+
+    check: Check = Check.SSH
+    ssh_config: Path | None = None  # -F: only this file, as with ssh -F
+    port: int | None = None  # -p: replaces the config's Port; None keeps it
+    user: str | None = None  # -l: replaces the config's User; None keeps it
+    identity_files: tuple[Path, ...] = ()  # -i: replace the config's and the defaults
+    remote_command: str | None = None
+    connect_timeout: float | None = None  # --connect-timeout; None: each host's ConnectTimeout
+
+    def timeout(self, configured: float | None) -> float:
+        """Seconds per stage: --connect-timeout, else ssh_config's ConnectTimeout for the host
+        (``configured``), else the default."""
+        if self.connect_timeout is not None:
+            return self.connect_timeout
+        return configured or DEFAULT_CONNECT_TIMEOUT
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    log_format: LogFormat
+    quiet: bool
+    termination_log: Path | None
+    create_termination_log: bool  # named by the user: created if it does not exist
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run, resolved: each part is what one consumer needs, every default applied."""
+
+    mode: Mode
+    command: tuple[str, ...]
+    launch_env: bool  # hand the MPI launch what the wait learned (launch/handover.py)
+    sources: SourceOptions
+    probe: ProbeOptions
+    wait: WaitPolicy  # its budget serves --list-ready too
+    output: OutputOptions

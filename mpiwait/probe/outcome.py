@@ -23,6 +23,17 @@ class Status(str, enum.Enum):
 
 
 @dataclass(frozen=True)
+class Reached:
+    """Where a passing attempt got, for its callers: the launch's interface, --list-ready's
+    cache. Carried on the outcome so that nobody asks the prober again."""
+
+    address: str  # the name or address looked up (ssh's HostName), and its port
+    port: int
+    addresses: tuple[str, ...]  # what it resolved to, sorted, each once
+    local_address: str = ""  # this machine's end of the accepted connection; "" before a connect
+
+
+@dataclass(frozen=True)
 class Outcome:
     """The result of one attempt at one host."""
 
@@ -31,3 +42,4 @@ class Outcome:
     reason: str  # short and stable ("refused", "timeout", ...): a change of it is worth a log line
     detail: str = ""  # for people: what exactly went wrong
     hint: str | None = None  # what to do about a FATAL outcome
+    reached: Reached | None = None  # set when the attempt passed

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mpiwait.errors import InputError
 from mpiwait.openssh.client import find_client
-from mpiwait.openssh.config import LocalUser, SSHResolver
+from mpiwait.openssh.config import LocalUser, SSHConfig
 
 # The ones mpiwait probes with, of any release's defaults (client.Rules.default_identity_names).
 DEFAULT_NAMES = ("id_rsa", "id_ecdsa", "id_ed25519", "id_mldsa44_ed25519")
@@ -227,7 +227,7 @@ def run_spec(spec: dict) -> list[str]:
                 for diff in compare(
                     host,
                     [],
-                    lambda env=env: SSHResolver(
+                    lambda env=env: SSHConfig(
                         local_user=LocalUser.current(env), environ=env, client=client
                     ),
                     env,

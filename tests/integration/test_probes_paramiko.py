@@ -22,7 +22,7 @@ import pytest
 from mpiwait.probe.attempt import prober_for
 from mpiwait.probe.lookup import lookup_pool
 from mpiwait.probe.outcome import Stage, Status
-from mpiwait.settings import Settings
+from mpiwait.settings import ProbeOptions
 
 TIMEOUT = 1.0  # the per-stage timeout of the probe; only the silent server waits it out
 
@@ -81,10 +81,11 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def probe(port: int, key: Path, tmp_path: Path):
     config = tmp_path / "ssh_config"
     config.write_text("")
-    settings = Settings(
+    options = ProbeOptions(
         ssh_config=config, port=port, identity_files=(key,), connect_timeout=TIMEOUT
     )
-    return prober_for(settings, lookup_pool(1)).attempt("127.0.0.1")
+    _, prober = prober_for(options, lookup_pool(1))
+    return prober.attempt("127.0.0.1")
 
 
 @pytest.mark.parametrize(
@@ -130,3 +131,25 @@ def test_paramiko_keeps_the_banner_it_read() -> None:
             assert transport.remote_version == "SSH-2.0-OpenSSH_9.2p1 Debian-2"
         finally:
             transport.close()
+
+
+@pytest.mark.parametrize("check", ["tcp", "dns"])
+def test_a_passing_attempt_carries_where_it_got(tmp_path: Path, check: str) -> None:
+    """What the launch (its interface) and --list-ready (its cache) need comes with the
+    outcome: the name looked up, what it resolved to, and this machine's end of the connect."""
+    from mpiwait.probe.outcome import Reached
+    from mpiwait.settings import Check
+
+    config = tmp_path / "ssh_config"
+    config.write_text("Host w1\n  HostName 127.0.0.1\n")
+    with server(close_at_once) as port:
+        options = ProbeOptions(Check(check), ssh_config=config, port=port, connect_timeout=TIMEOUT)
+        _, prober = prober_for(options, lookup_pool(1))
+        outcome = prober.attempt("w1")
+        name_only = prober.attempt("w1", name_only=True)
+        if check == "dns":  # nothing connected: release the server's accept
+            socket.create_connection(("127.0.0.1", port)).close()
+    local = "127.0.0.1" if check == "tcp" else ""
+    assert outcome.status is Status.READY
+    assert outcome.reached == Reached("127.0.0.1", port, ("127.0.0.1",), local)
+    assert name_only.reached == Reached("127.0.0.1", port, ("127.0.0.1",), "")

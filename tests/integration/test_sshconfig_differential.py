@@ -41,7 +41,7 @@ import testbed
 from testbed import releases
 
 from mpiwait.openssh.client import Client, find_client, first_error, parse_banner
-from mpiwait.openssh.config import NO_CLIENT, LocalUser, SSHResolver
+from mpiwait.openssh.config import NO_CLIENT, LocalUser, SSHConfig
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH client (ssh)")
 
@@ -365,7 +365,7 @@ def _dash_f_diffs(case: Case, d: Path) -> list[str]:
         for diff in sshdiff.compare(
             host,
             ["-F", str(cfg)],
-            lambda: SSHResolver(
+            lambda: SSHConfig(
                 config_path=cfg, local_user=LocalUser.current(env), environ=env, client=HOST_SSH
             ),
             env,
@@ -560,7 +560,7 @@ def test_port_and_user_options_agree_with_ssh(case: Case, tmp_path: Path) -> Non
         for diff in sshdiff.compare(
             host,
             ["-F", str(cfg), "-p", "2200", "-l", "late"],
-            lambda: SSHResolver(
+            lambda: SSHConfig(
                 config_path=cfg,
                 port=2200,
                 user="late",
@@ -721,7 +721,7 @@ def _release_diffs(case: Case, d: Path, suite: str, client: Client | None = None
         for diff in sshdiff.compare(
             host,
             ["-F", str(cfg)],
-            lambda: SSHResolver(
+            lambda: SSHConfig(
                 config_path=cfg,
                 local_user=LocalUser.current(env),
                 environ=env,
