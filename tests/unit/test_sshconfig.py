@@ -19,7 +19,7 @@ import pytest
 import testbed
 
 from mpiwait.errors import InputError
-from mpiwait.openssh.client import Client, Rules, find_client
+from mpiwait.openssh.client import Client, Rules, find_client, parse_banner
 from mpiwait.openssh.config import LocalUser, SSHConfig, SSHTarget
 
 GLOBAL_KNOWN = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
@@ -932,3 +932,71 @@ def test_known_hosts_address_follows_host_key_alias(make) -> None:
     r = make(system_cfg="Port 2222\nHost a\n  HostKeyAlias Alias.MPI\n")
     assert r.resolve("a").known_hosts_address == ("alias.mpi", 22)
     assert r.resolve("B").known_hosts_address == ("b", 2222)
+
+
+# --- the installed ssh: its release's rules, its ssh -G the authority ----------------------------
+
+
+def test_banner_names_the_release() -> None:
+    rules = parse_banner("OpenSSH_10.0p2 Debian-7+deb13u4, OpenSSL 3.5.9 29 Sep 2026")
+    assert rules == Rules((10, 0), "OpenSSH_10.0p2")
+    assert parse_banner("Dropbear v2022.83") is None
+
+
+@pytest.mark.parametrize(
+    ("version", "flags"),
+    [
+        ((8, 4), {"legacy_split": True, "jump_token": False, "expands_user": False}),
+        ((9, 2), {"legacy_split": False, "jump_token": False, "match_localnetwork_tagged": False}),
+        ((9, 9), {"expands_include": True, "expands_user": False}),
+        ((10, 0), {"expands_user": True, "not_final_asks_final": True, "refuse_connection": False}),
+        (
+            (10, 6),
+            {"not_final_asks_final": False, "refuse_connection": True, "decimal_times": True},
+        ),
+    ],
+)
+def test_rules_by_release(version: tuple[int, int], flags: dict[str, bool]) -> None:
+    rules = Rules.for_version(version)
+    assert {name: getattr(rules, name) for name in flags} == flags
+
+
+def _fake_ssh(tmp_path: Path, script: str) -> Client:
+    """An executable standing in for ssh: ``script`` is its body (sh)."""
+    path = tmp_path / "bin" / "ssh"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(f"#!/bin/sh\n{script}\n")
+    path.chmod(0o755)
+    return find_client({"PATH": str(path.parent)})
+
+
+def test_an_ssh_that_is_not_openssh_counts_as_none(tmp_path: Path) -> None:
+    client = _fake_ssh(tmp_path, 'echo "Dropbear v2022.83" >&2')
+    assert client.path is None
+    assert client.describe().startswith(f"{tmp_path}/bin/ssh (Dropbear v2022.83) is not OpenSSH")
+
+
+def test_no_ssh_on_path(tmp_path: Path) -> None:
+    client = find_client({"PATH": str(tmp_path)})
+    assert client.path is None and client.rules.version == (10, 6)
+    assert client.describe().startswith("no ssh installed: ssh config read as OpenSSH_10.6p1")
+
+
+def test_what_the_installed_ssh_accepts_is_accepted(make, tmp_path: Path) -> None:
+    # An OpenSSH whose build knows a keyword no Debian release knows: ssh -G exits 0.
+    client = _fake_ssh(
+        tmp_path, 'case "$1" in -V) echo "OpenSSH_9.9p1 Vendor-1" >&2;; *) exit 0;; esac'
+    )
+    t = make(system_cfg="VendorOption yes\nHost w*\n  Port 2201\n", client=client).resolve("w1")
+    assert (t.port, t.user) == (2201, "alice")
+
+
+def test_what_the_installed_ssh_refuses_is_refused_in_its_words(make, tmp_path: Path) -> None:
+    client = _fake_ssh(
+        tmp_path,
+        'case "$1" in -V) echo "OpenSSH_9.2p1 Debian-2" >&2;; '
+        '*) echo "/x line 2: Bad configuration option: warnweakcrypto" >&2; exit 255;; esac',
+    )
+    r = make(system_cfg="Host *\n  WarnWeakCrypto no\n", client=client)
+    with pytest.raises(InputError, match="refuses the ssh config for w1: /x line 2: Bad conf"):
+        r.resolve("w1")
