@@ -22,13 +22,17 @@ import re
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from testbed import releases
 
 from mpiwait.errors import InputError
-from mpiwait.openssh.client import find_client
+from mpiwait.openssh.client import Client, find_client, first_error, parse_banner
 from mpiwait.openssh.config import LocalUser, SSHConfig
 
 # The ones mpiwait probes with, of any release's defaults (client.Rules.default_identity_names).
@@ -210,12 +214,45 @@ def _private_home(home: str, scratch: Path) -> None:
     Path(home, ".ssh").mkdir(mode=0o700)
 
 
+@dataclass(frozen=True)
+class ChrootClient(Client):
+    """A release's ssh (testbed.releases) as mpiwait would find it installed: asked under
+    chroot, with ``work`` and ``mounts`` as Release.ssh takes them."""
+
+    release: releases.Release | None = None
+    work: Path | None = None
+    mounts: tuple[tuple[Path, str], ...] = ()
+
+    @classmethod
+    def of(
+        cls, release: releases.Release, work: Path, mounts: Sequence[tuple[Path, str]] = ()
+    ) -> ChrootClient:
+        rules = parse_banner(release.version)
+        assert rules is not None, release.version
+        return cls("/usr/bin/ssh", release.version, rules, release, work, tuple(mounts))
+
+    def ask(self, args: Sequence[str], environ: Mapping[str, str]) -> tuple[bool, str]:
+        assert self.release is not None
+        ran = self.release.ssh(["-G", *args], work=self.work, mounts=self.mounts, env=environ)
+        if ran.returncode != 0:
+            return False, first_error(ran.stderr)
+        return True, ran.stdout
+
+    def ssh_g(self, args: list[str], env: Mapping[str, str]) -> tuple[int, list[str], str]:
+        assert self.release is not None
+        ran = self.release.ssh(["-G", *args], work=self.work, mounts=self.mounts, env=env)
+        return ran.returncode, ran.stdout.splitlines(), ran.stderr
+
+
 def run_spec(spec: dict) -> list[str]:
-    """Run every case of a spec; only inside a private mount namespace (mounts are made here)."""
+    """Run every case of a spec; only inside a private mount namespace (mounts are made here).
+    With ``suite``, the oracle is that release's ssh under chroot, the case's files mounted over
+    its /etc/ssh and /root/.ssh (needs the user to be root, whose home is /root in the roots)."""
     diffs: list[str] = []
     home = pwd.getpwuid(os.getuid()).pw_dir
     _private_home(home, Path(spec["scratch"]))
-    client = find_client()
+    suite = spec.get("suite")
+    release = releases.Release(suite) if suite else None
     for case in spec["cases"]:
         d = Path(case["dir"])
         mounts = [(d / "home" / ".ssh", f"{home}/.ssh"), (d / "etc-ssh", "/etc/ssh")]
@@ -223,17 +260,31 @@ def run_spec(spec: dict) -> list[str]:
             subprocess.run(["mount", "--bind", str(src), dst], check=True)
         try:
             env = {**os.environ, "HOME": home}
+            if release is not None:
+                env = {"HOME": home, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SHELL": "/bin/sh"}
+                client: Client = ChrootClient.of(
+                    release, Path(spec["scratch"]), [(src, dst) for src, dst in mounts]
+                )
+                oracle = client.ssh_g  # type: ignore[attr-defined]
+            else:
+                client, oracle = find_client(), ssh_g
             for host in case["hosts"]:
                 for diff in compare(
                     host,
                     [],
-                    lambda env=env: SSHConfig(
-                        local_user=LocalUser.current(env), environ=env, client=client
+                    lambda env=env, client=client: SSHConfig(
+                        local_user=LocalUser.current(env),
+                        environ=env,
+                        client=client,
+                        remote_command="" if release is not None else None,
                     ),
                     env,
+                    ssh_g=oracle,
                     version=client.rules.version,
                 ):
-                    diffs.append(f"{case['name']} (default files): {diff}")
+                    diffs.append(
+                        f"{case['name']} (default files{', ' + suite if suite else ''}): {diff}"
+                    )
         finally:
             for _, dst in reversed(mounts):
                 subprocess.run(["umount", dst], check=True)

@@ -40,7 +40,7 @@ import sshdiff
 import testbed
 from testbed import releases
 
-from mpiwait.openssh.client import Client, find_client, first_error, parse_banner
+from mpiwait.openssh.client import Client, find_client, parse_banner
 from mpiwait.openssh.config import NO_CLIENT, LocalUser, SSHConfig
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH client (ssh)")
@@ -389,8 +389,8 @@ def _namespace_problem() -> str | None:
     return None
 
 
-def _in_namespace(cases: list[Case], root: Path) -> list[str]:
-    spec: dict = {"cases": [], "scratch": str(root)}
+def _in_namespace(cases: list[Case], root: Path, suite: str | None = None) -> list[str]:
+    spec: dict = {"cases": [], "scratch": str(root), "suite": suite}
     for n, case in enumerate(cases):
         d = root / f"c{n}"
         _lay_out(case, d)
@@ -661,21 +661,6 @@ def _release_problem() -> str | None:
     return releases.missing_requirements()
 
 
-@dataclass(frozen=True)
-class _ChrootClient(Client):
-    """The release's ssh, as mpiwait would find it installed: asked under chroot."""
-
-    release: releases.Release | None = None
-    work: Path | None = None
-
-    def ask(self, args, environ):
-        assert self.release is not None
-        ran = self.release.ssh(["-G", *args], work=self.work, env=environ)
-        if ran.returncode != 0:
-            return False, first_error(ran.stderr)
-        return True, ran.stdout
-
-
 _RELEASES: dict[str, releases.Release | Exception] = {}
 
 
@@ -715,7 +700,7 @@ def _release_diffs(case: Case, d: Path, suite: str, client: Client | None = None
     env = _chroot_env(d)
     cfg = d / "home" / ".ssh" / "config"
     if client is None:
-        client = _ChrootClient("/usr/bin/ssh", release.version, rules, release=release, work=d)
+        client = sshdiff.ChrootClient.of(release, d)
     diffs = []
     for host in case.hosts:
         for diff in sshdiff.compare(
@@ -840,3 +825,12 @@ def test_generated_configs_agree_with_each_release(
     d = tmp_path_factory.mktemp("gen")
     _lay_out(case, d)
     assert _release_diffs(case, d, suite) == [], case.user
+
+
+@pytest.mark.skipif(_namespace_problem() is not None, reason=str(_namespace_problem()))
+@pytest.mark.parametrize("suite", SUITES)
+def test_default_files_agree_with_each_release(suite: str, tmp_path: Path) -> None:
+    """~/.ssh/config and /etc/ssh/ssh_config (permissions, relative Includes, precedence) as
+    each release reads them, the case's files mounted over both, here and in the release's root."""
+    _release(suite)  # built (or its failure raised) before the namespace script needs it
+    assert _in_namespace(CASES + RELEASE_CASES, tmp_path, suite) == []

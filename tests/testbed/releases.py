@@ -168,7 +168,8 @@ class Release:
         """``ssh ARGS`` in the root, as root (HOME /root), in a private mount namespace: ``work``
         (a directory of the caller's under /tmp) appears at the same path inside (on a tmpfs
         over the root's /tmp), and each ``(source, target)`` of ``mounts`` is bind-mounted over
-        the root's ``target`` (an existing file or directory), so the cached root itself is
+        the root's ``target`` (an existing file or directory, or a directory under /root, made on
+        a tmpfs over the root's /root), so the cached root itself is
         never written and the paths a config names mean the same inside and out."""
         argv = ["/usr/bin/ssh", *args]  # not PATH's: the caller's directory may be on it
         return self.run(argv, work=work, mounts=mounts, env=env, timeout=timeout)
@@ -234,6 +235,11 @@ def _binder(n: int) -> str:
         f' {mkdir} -p "$R$W" && {mount} --bind "$W" "$R$W" || exit 125; fi',
     ]
     for _ in range(n):
+        # A target under /root (whose home has no .ssh): on a tmpfs over the root's /root.
+        lines.append(
+            f'case "$2" in /root/*) [ -n "$H" ] || {{ {mount} -t tmpfs -o mode=0700 tmpfs '
+            f'"$R/root" && H=1; }} && {mkdir} -p "$R$2" || exit 125;; esac'
+        )
         lines.append(f'{mount} --bind "$1" "$R$2" || exit 125; shift 2')
     lines.append(f'exec {chroot} "$R" "$@"')
     return "\n".join(lines)
