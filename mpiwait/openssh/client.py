@@ -102,7 +102,7 @@ class Client:
     def describe(self) -> str:
         """For the start line: which ssh decides, or that none does."""
         if self.path is None:
-            what = f"{self.banner} is not OpenSSH" if self.banner else "no ssh installed"
+            what = self.banner or "no ssh installed"  # or why the ssh found cannot be asked
             return (
                 f"{what}: ssh config read as {NEWEST_NAME} reads it, accepting what any "
                 "supported OpenSSH release (8.4 to 10.6) accepts"
@@ -169,6 +169,10 @@ def find_client(environ: Mapping[str, str] | None = None) -> Client:
         banner = ""
     rules = parse_banner(banner)
     if rules is None:
-        # Not OpenSSH (or it would not run): there is no ssh -G to ask, nor a release to follow.
-        return Client(None, f"{path} ({banner or 'no version'})", NEWEST_RULES)
+        # Not OpenSSH, or it cannot run here: no ssh -G to ask, nor a release to follow.
+        if "No user exists for uid" in banner:
+            # A uid without a passwd entry: ssh exits before anything else (mpirun's ssh too,
+            # which the launch check reports); mpiwait's own probes need no entry.
+            return Client(None, f"{path} cannot run at this uid ({banner})", NEWEST_RULES)
+        return Client(None, f"{path} is not OpenSSH ({banner or 'no version'})", NEWEST_RULES)
     return Client(path, banner, rules)

@@ -973,7 +973,7 @@ def _fake_ssh(tmp_path: Path, script: str) -> Client:
 def test_an_ssh_that_is_not_openssh_counts_as_none(tmp_path: Path) -> None:
     client = _fake_ssh(tmp_path, 'echo "Dropbear v2022.83" >&2')
     assert client.path is None
-    assert client.describe().startswith(f"{tmp_path}/bin/ssh (Dropbear v2022.83) is not OpenSSH")
+    assert client.describe().startswith(f"{tmp_path}/bin/ssh is not OpenSSH (Dropbear v2022.83):")
 
 
 def test_no_ssh_on_path(tmp_path: Path) -> None:
