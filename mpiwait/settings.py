@@ -93,6 +93,21 @@ DEFAULT_RECHECK_AFTER = 30.0
 # or an unreachable address is looked up again on the next attempt (the pod may have moved).
 REFUSED_ADDRESS_REUSE = 5.0
 
+# OpenSSH 9.8+ sshd charges a source address 1 s for each connection that ends before
+# authentication (PerSourcePenalties noauth:1), lets the charges run down in real time and
+# refuses the address once more than 15 s are outstanding (min:15). mpiwait keeps the same
+# account for the connections it closes before logging in (--check tcp, a handshake cut short)
+# and holds it at or below the budget: a burst of 5 at once, then one a second per host. A
+# third of the 15 s leaves the rest to other clients of the same address (docs/ssh-settings.md).
+NOAUTH_CHARGE = 1.0
+NOAUTH_BUDGET = 5.0
+
+# How long a connection that sshd accepted is watched for the line sshd writes when it turns
+# a connection away at once ("Not allowed at this time"); sshd sends that, or its banner,
+# within milliseconds of accepting. A server that sends nothing by then is left to the
+# handshake (or, for --check tcp, counts as accepting, as it always did).
+DROP_NOTICE_WAIT = 0.25
+
 # Probes in flight at once (and the burst the probe-rate budget allows at the start). The budget
 # below needs rate x latency in flight: 200/s x a login of 20-100 ms is 4-20; 32 leaves room
 # for slow hosts (a black-holed one holds its slot for the connect timeout). More only makes

@@ -47,10 +47,13 @@ def wait_and_exec(run: Run, environ: Mapping[str, str]) -> int:
     sources = HostSources.from_options(run.sources, environ)
     first = read_first(run, sources, reporter)
 
+    from mpiwait.modes.readycache import cache_dir
     from mpiwait.probe.attempt import prober_for
     from mpiwait.probe.lookup import lookup_pool
+    from mpiwait.probe.pace import Pacer
 
-    ssh, prober = prober_for(run.probe, lookup_pool(run.wait.budget.parallel))
+    pacer = Pacer(cache_dir(environ))
+    ssh, prober = prober_for(run.probe, lookup_pool(run.wait.budget.parallel), pacer)
     # ssh settings ssh would refuse (exit 2), unusable key files (exit 3): before any waiting
     prober.preflight(first.names)
     reporter(_started(run, ssh, first, launch))

@@ -23,6 +23,21 @@ from mpiwait.wait.events import (
     WaitStarted,
 )
 
+# In every record; raised when a field is removed, renamed or changes type
+# (docs/events.schema.json, docs/reference.md).
+JSON_SCHEMA_VERSION = 1
+
+
+def json_record(kind: str, **fields: object) -> str:
+    """One JSON line: every record says its schema version (docs/events.schema.json)."""
+    record = {
+        "schema_version": JSON_SCHEMA_VERSION,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        "event": kind,
+        **fields,
+    }
+    return json.dumps(record, default=str)
+
 
 @dataclass
 class JsonEvents:
@@ -32,8 +47,7 @@ class JsonEvents:
     stream: TextIO = field(default_factory=lambda: sys.stderr)
 
     def _write(self, kind: str, **fields: object) -> None:
-        record = {"time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "event": kind, **fields}
-        self.stream.write(json.dumps(record, default=str) + "\n")
+        self.stream.write(json_record(kind, **fields) + "\n")
         self.stream.flush()
 
     def error(self, message: str, hint: str | None = None, *, exit_code: int) -> None:

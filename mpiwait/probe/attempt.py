@@ -17,6 +17,7 @@ import socket
 import sys
 import threading
 import time
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from mpiwait.errors import InputError, PermanentError
@@ -24,8 +25,15 @@ from mpiwait.openssh.client import find_client
 from mpiwait.openssh.config import SSHConfig, SSHTarget
 from mpiwait.probe.keys import HostKeyPolicy, IdentityCache
 from mpiwait.probe.lookup import LookupPool, LookupTimeout, ResolverBusy
-from mpiwait.probe.outcome import Outcome, Reached, Stage, Status
-from mpiwait.settings import REFUSED_ADDRESS_REUSE, Check, ProbeOptions
+from mpiwait.probe.outcome import PENALTY, Outcome, Reached, Stage, Status
+from mpiwait.probe.pace import Pacer, address_key
+from mpiwait.settings import (
+    DROP_NOTICE_WAIT,
+    NOAUTH_CHARGE,
+    REFUSED_ADDRESS_REUSE,
+    Check,
+    ProbeOptions,
+)
 
 if TYPE_CHECKING:
     import paramiko
@@ -42,6 +50,12 @@ AddrInfo = tuple[Any, ...]
 sys.modules.setdefault("invoke", None)  # type: ignore[arg-type]  # None blocks an import
 
 READY = Outcome(Status.READY, Stage.READY, "ready")
+
+# What sshd writes before it closes a connection it turns away at once: OpenSSH 9.8+ for an
+# address under a PerSourcePenalties penalty and at MaxStartups alike, older releases only at
+# MaxStartups (sshd.c, drop_connection).
+_TURNED_AWAY = b"Not allowed at this time"
+_AT_MAX_STARTUPS = b"Exceeded MaxStartups"
 
 # paramiko logs every failed handshake (a silent or closing port, a socket we closed under its
 # reader thread) at ERROR, with a traceback. Without a handler of ours those records reach
@@ -66,8 +80,10 @@ class Prober:
         *,
         identities: IdentityCache | None = None,
         host_keys: HostKeyPolicy | None = None,
+        pacer: Pacer | None = None,
     ) -> None:
         self._options = options
+        self._pacer = pacer or Pacer(None)
         self._ssh = ssh
         self._identities = identities or IdentityCache()
         self._host_keys = host_keys or HostKeyPolicy()
@@ -125,24 +141,54 @@ class Prober:
         check = Check.DNS if name_only else self._options.check
         if check is Check.DNS:
             return _ready(target, infos, "")
+        if check is Check.TCP:
+            return self._tcp(host, target, (looked_up, infos), timeout)
         sock, failure = _connect(infos, timeout)
         if sock is None:
-            assert failure is not None
-            if failure.reason == "refused":
-                # The address answered: the pod is there, its sshd is not listening yet.
-                with self._lock:
-                    self._refused[host] = (looked_up, infos)
-            return failure
+            return self._not_connected(host, failure, (looked_up, infos))
+        local, peer = _ends(sock)
         try:
-            local = ""
-            with contextlib.suppress(OSError):
-                local = sock.getsockname()[0]
-            if check is Check.TCP:
-                return _ready(target, infos, local)
+            turned_away = _turned_away(sock, min(timeout, DROP_NOTICE_WAIT))
+            if turned_away is not None:
+                return turned_away
             outcome = self._login(sock, target, timeout)
-            return _ready(target, infos, local) if outcome is READY else outcome
         finally:
             sock.close()
+        if outcome is READY:
+            return _ready(target, infos, local)
+        if outcome.status is Status.RETRY and outcome.reason != "remote-command":
+            # closed before authenticating, after sshd handed it to a session process
+            return replace(outcome, pace=self._pacer.charge(peer))
+        return outcome
+
+    def _not_connected(
+        self, host: str, failure: Outcome | None, lookup: tuple[float, list[AddrInfo]]
+    ) -> Outcome:
+        assert failure is not None
+        if failure.reason == "refused":
+            # The address answered: the pod is there, its sshd is not listening yet.
+            with self._lock:
+                self._refused[host] = lookup
+        return failure
+
+    def _tcp(
+        self, host: str, target: SSHTarget, lookup: tuple[float, list[AddrInfo]], timeout: float
+    ) -> Outcome:
+        """--check tcp: the port accepts and sshd does not turn the connection away at once.
+        Connect-only, so every connection ends before authentication and takes its turn in
+        the address's account, across runs too (probe/pace.py)."""
+        infos = lookup[1]
+        with self._pacer.turn(infos) as charge:
+            sock, failure = _connect(infos, timeout)
+            if sock is None:
+                return self._not_connected(host, failure, lookup)
+            charge()
+            local, _ = _ends(sock)
+            try:
+                turned_away = _turned_away(sock, min(timeout, DROP_NOTICE_WAIT))
+            finally:
+                sock.close()
+        return turned_away or _ready(target, infos, local)
 
     def _login(self, sock: socket.socket, target: SSHTarget, timeout: float) -> Outcome:
         import paramiko
@@ -270,6 +316,47 @@ class Prober:
         return READY
 
 
+def _turned_away(sock: socket.socket, wait: float) -> Outcome | None:
+    """The outcome when sshd turns the connection away before its banner, else None.
+
+    Peeks (reads nothing) at what the server sent within ``wait`` seconds: sshd sends its
+    banner, or the line of a dropped connection, at once after accepting; a server that waits
+    for the client's banner first, or is slow, is left to the handshake (None).
+    """
+    try:
+        sock.settimeout(wait)
+        first = sock.recv(len(_TURNED_AWAY), socket.MSG_PEEK)
+    except TimeoutError:
+        return None
+    except OSError:
+        first = b""  # reset: as closed
+    finally:
+        with contextlib.suppress(OSError):
+            sock.settimeout(None)
+    if not first:
+        return _retry(
+            Stage.SSH,
+            "closed",
+            "connection closed before the SSH banner; is sshd at its MaxStartups limit?",
+        )
+    if first.startswith(b"SSH-") or b"SSH-".startswith(first):
+        return None
+    if _TURNED_AWAY.startswith(first):
+        penalised = _retry(
+            Stage.SSH,
+            PENALTY,
+            'sshd turned this address away before its banner ("Not allowed at this time"): '
+            "a PerSourcePenalties penalty on it (OpenSSH 9.8+, after failed logins or "
+            "connections closed before authenticating; sshd's log says "
+            '"drop connection ... penalty: <why>"), or sshd is at its MaxStartups limit',
+        )
+        # sshd drops these itself, uncharged; once a second is enough while it lasts (>= 15 s)
+        return replace(penalised, pace=NOAUTH_CHARGE)
+    if _AT_MAX_STARTUPS.startswith(first):
+        return _retry(Stage.SSH, "closed", "sshd is at its MaxStartups limit")
+    return None  # other text before the banner: the handshake reads it
+
+
 def _before_banner(
     transport: paramiko.Transport, exc: BaseException, timeout: float
 ) -> Outcome | None:
@@ -359,6 +446,16 @@ def _connect(infos: list[AddrInfo], timeout: float) -> tuple[socket.socket | Non
     return None, failure or _retry(Stage.DNS, "unresolved", "no address")
 
 
+def _ends(sock: socket.socket) -> tuple[str, str]:
+    """This machine's address of a connected ``sock``, and the account (probe/pace.py) of the
+    address it is connected to."""
+    local, peer = "", "-"
+    with contextlib.suppress(OSError):
+        local = sock.getsockname()[0]
+        peer = address_key(sock.getpeername())
+    return local, peer
+
+
 def _oserror(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()
@@ -375,9 +472,12 @@ def _ready(target: SSHTarget, infos: list[AddrInfo], local: str) -> Outcome:
     )
 
 
-def prober_for(options: ProbeOptions, lookups: LookupPool) -> tuple[SSHConfig, Prober]:
+def prober_for(
+    options: ProbeOptions, lookups: LookupPool, pacer: Pacer | None = None
+) -> tuple[SSHConfig, Prober]:
     """ssh settings resolved as OpenSSH would, then our overrides (-p, -l, -i, -F); and the
-    prober for them, with the stages up to --check."""
+    prober for them, with the stages up to --check (``pacer``: accounts of connections closed
+    before authenticating, probe/pace.py; None: this run's only)."""
     ssh = SSHConfig(
         config_path=options.ssh_config,
         port=options.port,
@@ -385,4 +485,4 @@ def prober_for(options: ProbeOptions, lookups: LookupPool) -> tuple[SSHConfig, P
         identity_files=options.identity_files,
         client=find_client(),  # the ssh mpirun will run: its release's rules, its ssh -G
     )
-    return ssh, Prober(options, ssh, lookups)
+    return ssh, Prober(options, ssh, lookups, pacer=pacer)

@@ -22,13 +22,13 @@ import heapq
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import tenacity
 
 from mpiwait.errors import Interrupted
-from mpiwait.probe.outcome import Outcome, Stage, Status
+from mpiwait.probe.outcome import PENALTY, Outcome, Stage, Status
 from mpiwait.wait.events import (
     End,
     Event,
@@ -73,6 +73,7 @@ class _Track:
     passed_at: float = -math.inf  # when an attempt last passed
     rechecking: bool = False
     local_address: str = ""  # this machine's end of its last passing connection
+    rejected: Outcome | None = None  # the last rejected login of the current streak
 
     def state(self) -> HostState:
         return HostState(
@@ -145,6 +146,10 @@ class _Loop:
         self.in_flight -= 1
         track.attempts += 1
         rechecked, track.rechecking = track.rechecking, False
+        if track.rejected is not None and outcome.reason == PENALTY:
+            # sshd penalises the address for the rejections themselves (PerSourcePenalties
+            # authfail): its drops continue the streak instead of waiting the penalty out
+            outcome = _penalised_after(track.rejected)
         changed = (outcome.stage, outcome.reason) != (track.stage, track.reason)
         track.stage, track.reason, track.detail = outcome.stage, outcome.reason, outcome.detail
         if outcome.status is Status.READY:
@@ -163,10 +168,12 @@ class _Loop:
         if outcome.status is Status.FATAL:
             track.fatal_streak += 1
             track.hint = outcome.hint
+            track.rejected = outcome if outcome.reason == "auth-rejected" else None
             if track.fatal_streak >= self.policy.permanent_after:
                 return track
         else:
             track.fatal_streak = 0
+            track.rejected = None
         if changed:
             self.emit(HostChanged(track.state(), now - self.started))
         wait = self.schedule.next_delay(
@@ -178,7 +185,8 @@ class _Loop:
             missing=len(self.tracks) - self.ready,
         )
         if wait is not None:  # None: the deadline comes first
-            self._schedule(host, now + wait)
+            # an attempt that sshd charged to our address: no sooner than its account allows
+            self._schedule(host, now + max(wait, outcome.pace))
         return None
 
     def recheck(self, now: float) -> bool:
@@ -199,6 +207,13 @@ class _Loop:
             self.ready -= 1
             self._schedule(track.host, now)
         return True
+
+
+def _penalised_after(rejected: Outcome) -> Outcome:
+    """A rejected login's outcome, told that sshd now also turns the address away."""
+    note = "; sshd now turns this address away (PerSourcePenalties, for the failed logins)"
+    detail = rejected.detail if rejected.detail.endswith(note) else rejected.detail + note
+    return replace(rejected, detail=detail)
 
 
 def wait_for_hosts(

@@ -8,6 +8,9 @@ Labs (each a context manager; ``down()``/``close()`` leaves nothing behind):
                               hostname and address; Open MPI and MPICH run across it
                               (``openmpi_argv``, ``mpich_argv``). Hosts are ``bed.hosts[i]``
                               (WorkerHost: name, addr, ns, veth, sshd_config, ...).
+                              ``sshd="trixie"``: Debian 13's sshd 10.0p2 with its own defaults
+                              (PerSourcePenalties on) instead of the machine's tuned one;
+                              ``bed.penalties()`` lists its log's penalty activations.
     ManyHosts(n, workdir=...) hundreds of hosts as addresses of ONE namespace, one sshd; each
                               host "up", "refuse", "drop" or "stall" via set_states().
     LoopBed(n, workdir)       thousands of hosts as 127.1.x.y of one namespace (benchmarks).
@@ -32,7 +35,9 @@ A process: ``start(bed, args, command=...)`` runs ``python -m mpiwait`` there an
     the start), whose one synchronisation primitive is ``wait_for(regex, stream=)``: until a
     line appears;
     ``finish()`` gives a Result and fails on a traceback or any registered key material
-    (register_key, register_secret, check_output_hygiene). ``run()`` = start + finish.
+    (register_key, register_secret, check_output_hygiene) and, for a JSON run, on any record
+    that does not fit docs/events.schema.json (check_json_log, json_log_problems;
+    json_log_seen counts the records validated). ``run()`` = start + finish.
     ``Proc(popen, argv, started)`` wraps any process. /proc readers: alive,
     related_pids, fd_count, thread_count, tcp_states, listening; kill_group; wait_until.
 
@@ -53,7 +58,7 @@ Inside (private, one job a module): the labs _netns (TestBed), _shared (ManyHost
 
 from __future__ import annotations
 
-from . import _loopback, _namespaces, _registry, containers, leaks, releases
+from . import _jsonlog, _loopback, _namespaces, _registry, containers, leaks, releases
 from ._loopback import (
     Lab,
     Sshd,
@@ -94,6 +99,10 @@ from ._sys import (
 )
 from ._wrap import dns_blackhole_files, wrap
 
+check_json_log = _jsonlog.check
+json_log_problems = _jsonlog.problems
+json_log_seen = _jsonlog.seen
+
 __all__ = [
     "ENV_TAG",
     "SSHD",
@@ -110,11 +119,14 @@ __all__ = [
     "alive",
     "bed_names",
     "bed_owner",
+    "check_json_log",
     "check_output_hygiene",
     "cleanup_stale",
     "containers",
     "dns_blackhole_files",
     "fd_count",
+    "json_log_problems",
+    "json_log_seen",
     "key_secret_lines",
     "keygen",
     "kill_group",

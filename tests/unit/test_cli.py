@@ -657,7 +657,9 @@ def test_launcher_execs_the_command_after_the_wait(monkeypatch: pytest.MonkeyPat
         return stub(*args)
 
     monkeypatch.setattr(run_module, "_wait", wait)
-    monkeypatch.setattr(run_module, "exec_command", lambda argv: order.append(f"exec {argv}"))
+    monkeypatch.setattr(
+        run_module, "exec_command", lambda argv, env=None: order.append(f"exec {argv}")
+    )
     settings = Settings(hosts_option="w1", check=Check.TCP, command=("sh", "-c", "true"))
     assert run(settings, {}) == ExitCode.OK
     assert order == ["wait", "exec ('sh', '-c', 'true')"]
