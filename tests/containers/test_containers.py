@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import testbed
 from testbed import containers, leaks
 
 REPO = Path(__file__).resolve().parents[2]
@@ -34,11 +35,7 @@ OPERATOR_PI = "mpioperator/mpi-pi:mpich"  # its base, stood in for by the tests
 IMAGE_LIMIT = 100 * 1024 * 1024
 BUNDLE_LIMIT = 60 * 1024 * 1024
 
-_PROBLEM = containers.missing_requirements()
-pytestmark = [
-    pytest.mark.container,
-    pytest.mark.skipif(_PROBLEM is not None, reason=f"container engine unavailable: {_PROBLEM}"),
-]
+pytestmark = [pytest.mark.container, testbed.needs("containers")]
 
 # mpi-operator's mpi-pi:mpich as far as mpiwait and mpirun can tell: Debian, MPICH, OpenSSH with
 # the operator's base-image edits (client and server on port 2222, no host key checks), mpiuser
@@ -479,9 +476,7 @@ def test_compose_example_with_debian_12_docker_compose_1_29(engine, tmp_path):
     """Debian 12's docker-compose package (1.29) in a container of its own, with the Debian
     docker CLI it uses for builds and runs, against the engine's socket."""
     image = containers.compose_v1(engine)
-    cli = Path("/usr/bin/docker")
-    if not cli.exists():
-        pytest.skip("Debian's docker CLI (/usr/bin/docker from docker.io) not installed")
+    cli = testbed.require("docker").path
     tmp_path.chmod(0o755)
     compose = [
         "docker", "run", "--rm", "-e", "COMPOSE_FILE", "-e", "DOCKER_BUILDKIT=0",

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import testbed
-from conftest import requires_openmpi
 
 pytestmark = pytest.mark.root
 
@@ -50,7 +49,7 @@ def _own_leftovers() -> list[str]:
     return [n for n in testbed.bed_names() if not testbed.alive(testbed.bed_owner(n) or 0)]
 
 
-@requires_openmpi
+@testbed.needs("openmpi4", "iptables", "strace")  # gap needs mpirun; load, iptables and strace
 def test_quickest_run_of_every_scenario(tmp_path: Path) -> None:
     before = set(_own_leftovers())
     first = _harness(

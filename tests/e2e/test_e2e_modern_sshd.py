@@ -10,9 +10,12 @@ import time
 
 import pytest
 import testbed
-from conftest import requires_openmpi, requires_root_netns
 
-pytestmark = [pytest.mark.root, pytest.mark.mpi, requires_root_netns, requires_openmpi]
+pytestmark = [
+    pytest.mark.root,
+    pytest.mark.mpi,
+    testbed.needs("netns", "openmpi4", "openssh-releases"),
+]
 
 RUN_TIMEOUT = 90.0
 BOUND = 0.5  # --recheck-after: the early workers' passes are stale by the time w3 arrives

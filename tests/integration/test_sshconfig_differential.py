@@ -43,7 +43,7 @@ from testbed import releases
 from mpiwait.openssh.client import Client, find_client, parse_banner
 from mpiwait.openssh.config import NO_CLIENT, LocalUser, SSHConfig
 
-pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH client (ssh)")
+pytestmark = testbed.needs("ssh")
 
 ME = pwd.getpwuid(os.getuid()).pw_name
 HOST_SSH = find_client() if shutil.which("ssh") else NO_CLIENT
@@ -381,14 +381,6 @@ def test_dash_f_agrees_with_ssh(case: Case, tmp_path: Path) -> None:
     assert _dash_f_diffs(case, tmp_path) == []
 
 
-def _namespace_problem() -> str | None:
-    if os.getuid() != 0:
-        return "needs root to bind-mount test files in a private mount namespace"
-    if shutil.which("unshare") is None:
-        return "needs unshare (util-linux)"
-    return None
-
-
 def _in_namespace(cases: list[Case], root: Path, suite: str | None = None) -> list[str]:
     spec: dict = {"cases": [], "scratch": str(root), "suite": suite}
     for n, case in enumerate(cases):
@@ -415,7 +407,7 @@ def _in_namespace(cases: list[Case], root: Path, suite: str | None = None) -> li
     return json.loads(p.stdout)
 
 
-@pytest.mark.skipif(_namespace_problem() is not None, reason=str(_namespace_problem()))
+@testbed.needs("root", "unshare")  # bind-mounts test files in a private mount namespace
 def test_default_files_agree_with_ssh(tmp_path: Path) -> None:
     assert _in_namespace(CASES, tmp_path) == []
 
@@ -530,7 +522,7 @@ def test_generated_configs_agree_with_ssh_dash_f(case: Case, tmp_path_factory) -
     assert _dash_f_diffs(case, d) == [], case.user
 
 
-@pytest.mark.skipif(_namespace_problem() is not None, reason=str(_namespace_problem()))
+@testbed.needs("root", "unshare")
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases=st.lists(_config, min_size=4, max_size=4))
 def test_generated_default_files_agree_with_ssh(cases: list[Case], tmp_path_factory) -> None:
@@ -657,19 +649,13 @@ RELEASE_CASES: list[Case] = [
 SUITES = releases.SUITES
 
 
-def _release_problem() -> str | None:
-    return releases.missing_requirements()
-
-
 _RELEASES: dict[str, releases.Release | Exception] = {}
 
 
 def _release(suite: str) -> releases.Release:
     """The suite's release, its root built on first use (cached on disk); a root that cannot
     be built fails every test of that release (never a skip), without building it again."""
-    problem = _release_problem()
-    if problem is not None:
-        pytest.skip(problem)  # a failure in CI (tests/conftest.py)
+    testbed.require("openssh-releases")  # skips with the reason, a failure in CI
     if suite not in _RELEASES:
         try:
             _RELEASES[suite] = releases.Release(suite)
@@ -827,7 +813,7 @@ def test_generated_configs_agree_with_each_release(
     assert _release_diffs(case, d, suite) == [], case.user
 
 
-@pytest.mark.skipif(_namespace_problem() is not None, reason=str(_namespace_problem()))
+@testbed.needs("root", "unshare", "openssh-releases")
 @pytest.mark.parametrize("suite", SUITES)
 def test_default_files_agree_with_each_release(suite: str, tmp_path: Path) -> None:
     """~/.ssh/config and /etc/ssh/ssh_config (permissions, relative Includes, precedence) as

@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import pwd
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -416,10 +415,8 @@ def test_port_trailing_comment_and_quotes(make) -> None:
 
 
 def test_port_service_name(make) -> None:
-    try:
-        expected = socket.getservbyname("ssh", "tcp")
-    except OSError:
-        pytest.skip("no /etc/services entry for ssh")
+    testbed.require("services")
+    expected = socket.getservbyname("ssh", "tcp")
     assert make(system_cfg="Port ssh\n").resolve("w").port == expected
 
 
@@ -608,8 +605,7 @@ def test_group_writable_is_accepted_when_the_group_is_the_owner_alone(make, home
 
 
 def test_group_writable_is_refused_when_the_group_has_others(make, home: Path) -> None:
-    if os.getuid() != 0:
-        pytest.skip("needs root to give the file another group")
+    testbed.require("root")  # to give the file another group
     cfg = write(home / ".ssh" / "config", "Port 1\n", mode=0o664)
     os.chown(cfg, 0, 65534)  # nogroup: nobody is its member, and not under that name
     with pytest.raises(InputError, match="bad owner or permissions"):
@@ -752,12 +748,12 @@ def test_resolver_without_passwd_entry_never_asks_getpass(
 
 # --- differential: the real ssh agrees --------------------------------------------------------
 
-SSH = shutil.which("ssh")
+SSH = testbed.find("ssh")
 
 
 def ssh_g(config: Path, host: str) -> list[str]:
     return subprocess.run(
-        [SSH or "ssh", "-G", "-F", str(config), host],
+        [str(SSH.path) if SSH else "ssh", "-G", "-F", str(config), host],
         capture_output=True,
         text=True,
         check=True,
@@ -816,7 +812,7 @@ def differential_configs(d: Path, user: str) -> list[tuple[str, list[str]]]:
     ]
 
 
-@pytest.mark.skipif(SSH is None, reason="no OpenSSH client")
+@testbed.needs("ssh")
 def test_same_answers_as_ssh_dash_g(tmp_path: Path) -> None:
     local = LocalUser.current()  # ssh -G uses the real passwd entry; so must we
     policy = {"true": "yes", "false": "no", "ask": "yes", "accept-new": "accept-new"}
