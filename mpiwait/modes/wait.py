@@ -97,6 +97,8 @@ def _check_command(run: Run, environ: Mapping[str, str], reporter: Reporter) -> 
 def _started(run: Run, ssh: SSHConfig, first: Snapshot, launch: Launch | None) -> WaitStarted:
     """The start line, with the notes on what mpiwait's probe does differently from ssh."""
     notes: list[str] = []
+    if ssh.client.path is None:
+        notes.append(ssh.client.describe())
     if run.probe.check is Check.SSH:
         notes.extend(ssh.offered_by_ssh_only())
     if run.probe.check is Check.SSH and not ssh.config_sets_host_key_policy():

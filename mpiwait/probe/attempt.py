@@ -19,6 +19,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from mpiwait.errors import InputError, PermanentError
+from mpiwait.openssh.client import find_client
 from mpiwait.openssh.config import SSHConfig, SSHTarget
 from mpiwait.probe import paramiko_adapter as adapter
 from mpiwait.probe.keys import HostKeyPolicy, IdentityCache
@@ -432,5 +433,6 @@ def prober_for(
         port=options.port,
         user=options.user,
         identity_files=options.identity_files,
+        client=find_client(),  # the ssh mpirun will run: its release's rules, its ssh -G
     )
     return ssh, Prober(options, ssh, lookups, pacer=pacer)
