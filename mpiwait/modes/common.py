@@ -25,10 +25,12 @@ def recognise_launch(run: Run, environ: Mapping[str, str], reporter: Reporter) -
     """The MPI that COMMAND launches, when mpiwait is to hand it what the wait learned."""
     if not run.command or not run.launch_env:
         return None
-    from mpiwait.launch.handover import LAUNCHER_NAMES, recognise
+    from mpiwait.launch.handover import recognise
+    from mpiwait.launch.launchers import launcher
 
     launch = recognise(run.command, environ)
-    if launch is None and os.path.basename(run.command[0]) in LAUNCHER_NAMES:
+    own = launcher(run.command[0])
+    if launch is None and own is not None and own.own:
         reporter.info(
             f"launch: which MPI {run.command[0]} belongs to could not be told; "
             "its environment is left as it is"

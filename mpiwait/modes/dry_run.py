@@ -9,25 +9,42 @@ from mpiwait.errors import ExitCode
 from mpiwait.hosts.sources import HostSources
 from mpiwait.launch.command import ROLE_VARIABLE, worker_role
 from mpiwait.modes.common import handover_plan, read_first, recognise_launch
-from mpiwait.output.plans import HostPlan, print_launch_plan, print_plan, print_worker_plan
+from mpiwait.output.plans import (
+    HostPlan,
+    print_launch_plan,
+    print_plan,
+    print_plan_json,
+    print_worker_plan,
+    print_worker_plan_json,
+)
 from mpiwait.output.report import Reporter
-from mpiwait.settings import Run
+from mpiwait.settings import LogFormat, Run
 
 
 def dry_run(run: Run, environ: Mapping[str, str]) -> int:
-    """Print the plan and return 0; raise MpiwaitError for bad input."""
+    """Print the plan (text, or one JSON object) and return 0; raise MpiwaitError for bad
+    input."""
     reporter = Reporter(run.output.log_format, run.output.quiet)
+    as_json = run.output.log_format is LogFormat.JSON
     role = worker_role(environ)
     if role is not None:
-        print_worker_plan(f"{ROLE_VARIABLE}={role}", run.command)
+        show = print_worker_plan_json if as_json else print_worker_plan
+        show(f"{ROLE_VARIABLE}={role}", run.command)
         return ExitCode.OK
     launch = recognise_launch(run, environ, reporter)
     sources = HostSources.from_options(run.sources, environ)
     first = read_first(run, sources, reporter)
-    print_plan(host_plans(run, first.names), first.sources, first.skipped_self)
+    hosts = host_plans(run, first.names)
+    launch_plan = None
     if launch is not None:
         handover = handover_plan(run, environ, launch, None, first.skipped_self)
-        print_launch_plan(launch.describe(), handover.lines())
+        launch_plan = (launch.describe(), handover.lines())
+    if as_json:
+        print_plan_json(hosts, first.sources, first.skipped_self, launch_plan)
+        return ExitCode.OK
+    print_plan(hosts, first.sources, first.skipped_self)
+    if launch_plan is not None:
+        print_launch_plan(*launch_plan)
     return ExitCode.OK
 
 

@@ -57,7 +57,7 @@ def list_ready(run: Run, environ: Mapping[str, str], out: TextIO | None = None) 
     to_probe = [h.name for h in listed if h.name not in keep]
     outcomes: dict[str, tuple[Outcome, readycache.Entry | None]] = {}
     if to_probe:
-        outcomes = _probe(run, lookups, to_probe)
+        outcomes = _probe(run, lookups, to_probe, readycache.cache_dir(environ))
 
     ready = _ready(listed, keep, outcomes, reporter)  # adds this call's passes to keep
     cache.save(keep)
@@ -131,12 +131,14 @@ def _ready(
 
 
 def _probe(
-    run: Run, lookups: LookupPool, hosts: list[str]
+    run: Run, lookups: LookupPool, hosts: list[str], directory: str | None
 ) -> dict[str, tuple[Outcome, readycache.Entry | None]]:
-    """One full attempt at each host, as the wait makes it; for a pass, what it resolved to."""
+    """One full attempt at each host, as the wait makes it; for a pass, what it resolved to.
+    ``directory``: where connect-only attempts take their turns (probe/pace.py)."""
     from mpiwait.probe.attempt import prober_for
+    from mpiwait.probe.pace import Pacer
 
-    _, prober = prober_for(run.probe, lookups)
+    _, prober = prober_for(run.probe, lookups, Pacer(directory))
     prober.preflight(tuple(hosts))  # an unusable key file: exit 3, as for the wait
 
     def attempt(name: str) -> tuple[Outcome, readycache.Entry | None]:
@@ -144,7 +146,8 @@ def _probe(
         reached = outcome.reached
         if outcome.status is not Status.READY or reached is None:
             return outcome, None
-        entry = readycache.Entry(readycache.now(), reached.address, reached.port, reached.addresses)
+        addresses = tuple(sorted(set(reached.addresses)))  # as _addresses gives them
+        entry = readycache.Entry(readycache.now(), reached.address, reached.port, addresses)
         return outcome, entry
 
     def unexpected(exc: Exception) -> tuple[Outcome, readycache.Entry | None]:

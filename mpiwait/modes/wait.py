@@ -49,12 +49,15 @@ def wait_and_exec(run: Run, environ: Mapping[str, str]) -> int:
     sources = HostSources.from_options(run.sources, environ)
     first = read_first(run, sources, reporter)
 
+    from mpiwait.modes.readycache import cache_dir
     from mpiwait.probe.attempt import prober_for
     from mpiwait.probe.lookup import lookup_pool
+    from mpiwait.probe.pace import Pacer
 
+    pacer = Pacer(cache_dir(environ))
     done: queue.SimpleQueue[tuple[str, Outcome]] = queue.SimpleQueue()
     with _kept_connections(run, done) as kept:
-        ssh, prober = prober_for(run.probe, lookup_pool(run.wait.budget.parallel), kept)
+        ssh, prober = prober_for(run.probe, lookup_pool(run.wait.budget.parallel), pacer, kept=kept)
         # ssh settings ssh would refuse (exit 2), unusable key files (exit 3): before any wait
         prober.preflight(first.names)
         reporter(_started(run, ssh, first, launch))
@@ -98,6 +101,8 @@ def _check_command(run: Run, environ: Mapping[str, str], reporter: Reporter) -> 
 def _started(run: Run, ssh: SSHConfig, first: Snapshot, launch: Launch | None) -> WaitStarted:
     """The start line, with the notes on what mpiwait's probe does differently from ssh."""
     notes: list[str] = []
+    if ssh.client.path is None:
+        notes.append(ssh.client.describe())
     if run.probe.check is Check.SSH:
         notes.extend(ssh.offered_by_ssh_only())
     if run.probe.check is Check.SSH and not ssh.config_sets_host_key_policy():

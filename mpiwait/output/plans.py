@@ -1,5 +1,6 @@
 """What ``--dry-run`` prints on stdout (the one output that is asked for, so not on stderr):
-each host's SSH settings, what an MPI launch would be handed, or a worker's exec."""
+each host's SSH settings, what an MPI launch would be handed, or a worker's exec; as text, or
+with ``--log-format json`` as one JSON object (event ``plan``)."""
 
 from __future__ import annotations
 
@@ -60,4 +61,55 @@ def print_worker_plan(role_line: str, command: tuple[str, ...], out: TextIO | No
     out = out if out is not None else sys.stdout
     out.write(f"# {role_line}: not waiting for any host\n")
     out.write(f"exec {shlex.join(command)}\n" if command else "exit 0\n")
+    out.flush()
+
+
+def print_plan_json(
+    hosts: Sequence[HostPlan],
+    sources: tuple[str, ...],
+    skipped_self: tuple[str, ...],
+    launch: tuple[str, list[str]] | None,
+    out: TextIO | None = None,
+) -> None:
+    """The launcher's plan as one JSON object: hosts, and the launch (which MPI, what it is
+    handed) when COMMAND is an MPI launcher."""
+    from mpiwait.output.jsonl import json_record
+
+    out = out if out is not None else sys.stdout
+    record = json_record(
+        "plan",
+        role=None,
+        hosts=[
+            {
+                "host": h.name,
+                "address": h.address,
+                "port": h.port,
+                "user": h.user,
+                "identity": list(h.identity_files),
+                "strict_host_key_checking": h.strict_host_key_checking,
+                "connect_timeout": h.connect_timeout,
+            }
+            for h in hosts
+        ],
+        sources=list(sources),
+        skipped_self=list(skipped_self),
+        launch={"mpi": launch[0], "changes": launch[1]} if launch else None,
+        exec=None,
+    )
+    out.write(record + "\n")
+    out.flush()
+
+
+def print_worker_plan_json(
+    role_line: str, command: tuple[str, ...], out: TextIO | None = None
+) -> None:
+    """On a worker, as one JSON object: no hosts, only what it would exec."""
+    from mpiwait.output.jsonl import json_record
+
+    out = out if out is not None else sys.stdout
+    record = json_record(
+        "plan", role=role_line, hosts=[], sources=[], skipped_self=[], launch=None,
+        exec=list(command) or None,
+    )  # fmt: skip
+    out.write(record + "\n")
     out.flush()

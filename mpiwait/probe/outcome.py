@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class Stage(str, enum.Enum):
@@ -23,20 +23,24 @@ class Status(str, enum.Enum):
     LOST = "lost"  # not an attempt: the connection kept from a host's last login ended
 
 
-@dataclass(frozen=True)
-class Reached:
+# The reason of an attempt that sshd turned away before its banner: its address is penalised
+# (PerSourcePenalties, OpenSSH 9.8+) or sshd is at MaxStartups; they say the same to a client.
+PENALTY = "penalty"
+
+
+class Reached(NamedTuple):
     """Where a passing attempt got, for its callers: the launch's interface, --list-ready's
     cache. Carried on the outcome so that nobody asks the prober again."""
 
     address: str  # the name or address looked up (ssh's HostName), and its port
     port: int
-    addresses: tuple[str, ...]  # what it resolved to, sorted, each once
+    addresses: tuple[str, ...]  # what it resolved to, in getaddrinfo's order
     local_address: str = ""  # this machine's end of the accepted connection; "" before a connect
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """The result of one attempt at one host."""
+class Outcome(NamedTuple):
+    """The result of one attempt at one host (a NamedTuple: one is made per attempt, and a
+    frozen dataclass costs several times as much to build)."""
 
     status: Status
     stage: Stage  # READY when status is READY, otherwise the stage that did not pass
@@ -44,3 +48,6 @@ class Outcome:
     detail: str = ""  # for people: what exactly went wrong
     hint: str | None = None  # what to do about a FATAL outcome
     reached: Reached | None = None  # set when the attempt passed
+    # the least delay before the next attempt at this host (0: the schedule's own): one that
+    # reached sshd and ended before authenticating counts against sshd's per-source penalties
+    pace: float = 0.0

@@ -26,10 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-import tenacity
-
 from mpiwait.errors import Interrupted
-from mpiwait.probe.outcome import Outcome, Stage, Status
+from mpiwait.probe.outcome import PENALTY, Outcome, Stage, Status
 from mpiwait.wait.events import (
     End,
     Event,
@@ -44,7 +42,7 @@ from mpiwait.wait.events import (
 )
 from mpiwait.wait.policy import WaitPolicy
 from mpiwait.wait.runner import TokenBucket
-from mpiwait.wait.schedule import Schedule
+from mpiwait.wait.schedule import HostRetryState, Schedule
 
 LOST = Outcome(Status.LOST, Stage.SSH, "connection-closed", "its kept connection closed")
 
@@ -64,7 +62,6 @@ class Runner(Protocol):
 @dataclass
 class _Track:
     host: str
-    retry: tenacity.RetryCallState  # its state under the retry policy (wait/schedule.py)
     stage: Stage = Stage.PENDING
     reason: str = ""
     detail: str = ""
@@ -78,6 +75,9 @@ class _Track:
     rechecking: bool = False  # no longer counted, and its next outcome is a re-check's
     due_seq: int = 0  # its live entry in the heap (others are left behind by a reschedule)
     local_address: str = ""  # this machine's end of its last passing connection
+    rejected: Outcome | None = None  # the last rejected login of the current streak
+    # its state under the retry policy (wait/schedule.py), from its first failed attempt
+    retry: HostRetryState | None = None
 
     def state(self) -> HostState:
         return HostState(
@@ -106,7 +106,7 @@ class _Loop:
     def add(self, hosts: tuple[str, ...], at: float) -> tuple[str, ...]:
         new = tuple(h for h in hosts if h not in self.tracks)
         for host in new:
-            self.tracks[host] = _Track(host, self.schedule.state(at), since=at)
+            self.tracks[host] = _Track(host, since=at)
             self._schedule(host, at)
         return new
 
@@ -162,6 +162,10 @@ class _Loop:
         self.in_flight -= 1
         track.attempts += 1
         rechecked, track.rechecking = track.rechecking or track.counted, False
+        if track.rejected is not None and outcome.reason == PENALTY:
+            # sshd penalises the address for the rejections themselves (PerSourcePenalties
+            # authfail): its drops continue the streak instead of waiting the penalty out
+            outcome = _penalised_after(track.rejected)
         changed = (outcome.stage, outcome.reason) != (track.stage, track.reason)
         track.stage, track.reason, track.detail = outcome.stage, outcome.reason, outcome.detail
         if outcome.status is Status.READY:
@@ -186,12 +190,16 @@ class _Loop:
         if outcome.status is Status.FATAL:
             track.fatal_streak += 1
             track.hint = outcome.hint
+            track.rejected = outcome if outcome.reason == "auth-rejected" else None
             if track.fatal_streak >= self.policy.permanent_after:
                 return track
         else:
             track.fatal_streak = 0
+            track.rejected = None
         if changed:
             self.emit(HostChanged(track.state(), now - self.started))
+        if track.retry is None:
+            track.retry = self.schedule.state(track.since)
         wait = self.schedule.next_delay(
             track.retry,
             outcome,
@@ -201,7 +209,8 @@ class _Loop:
             missing=len(self.tracks) - self.ready,
         )
         if wait is not None:  # None: the deadline comes first
-            self._schedule(host, now + wait)
+            # an attempt that sshd charged to our address: no sooner than its account allows
+            self._schedule(host, now + max(wait, outcome.pace))
         return None
 
     def _refresh(self, track: _Track, now: float) -> None:
@@ -243,6 +252,13 @@ class _Loop:
             if not track.in_flight:
                 self._schedule(track.host, now)
         return True
+
+
+def _penalised_after(rejected: Outcome) -> Outcome:
+    """A rejected login's outcome, told that sshd now also turns the address away."""
+    note = "; sshd now turns this address away (PerSourcePenalties, for the failed logins)"
+    detail = rejected.detail if rejected.detail.endswith(note) else rejected.detail + note
+    return rejected._replace(detail=detail)
 
 
 def wait_for_hosts(

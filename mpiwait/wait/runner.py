@@ -110,12 +110,9 @@ class TokenBucket:
 
 
 class StartWindow:
-    """--list-ready's probe budget: at most ``rate`` starts in any second, as README promises.
-
-    A sliding window rather than the wait's token bucket: Horovod calls every second, and 64
-    known hosts re-checked at once are 64 starts in that second, within the budget; a bucket of
-    32 would spread them over 160 ms of every call for nothing. A rate under 1/s allows one
-    start per 1/rate seconds.
+    """--list-ready's probe budget: at most ``rate`` starts in any second, as --probe-rate
+    promises; a rate under 1/s allows one start per 1/rate seconds. A window, not the wait's
+    bucket: Horovod's 64 known hosts re-checked at once start at once (docs/design-decisions.md).
     """
 
     def __init__(self, rate: float) -> None:

@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import testbed
-from conftest import requires_openmpi
 
 pytestmark = pytest.mark.root
 
@@ -50,7 +49,7 @@ def _own_leftovers() -> list[str]:
     return [n for n in testbed.bed_names() if not testbed.alive(testbed.bed_owner(n) or 0)]
 
 
-@requires_openmpi
+@testbed.needs("openmpi4", "iptables", "strace")  # gap needs mpirun; load, iptables and strace
 def test_quickest_run_of_every_scenario(tmp_path: Path) -> None:
     before = set(_own_leftovers())
     first = _harness(
@@ -94,3 +93,18 @@ def test_quickest_run_of_every_scenario(tmp_path: Path) -> None:
     assert all(r["logins_per_host"] for r in load["rows"])
     assert set(_own_leftovers()) <= before, "the harness left network namespaces behind"
     assert os.path.exists(tmp_path / "a" / "results.md")
+
+
+def test_ssh_config_cost_runs() -> None:
+    # docs/ssh-settings.md's command, in its quickest form: the three ways side by side.
+    cp = subprocess.run(
+        [sys.executable, "-m", "benchmarks.ssh_config_cost", "--hosts", "20"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    rows = [ln.split()[0] for ln in cp.stdout.splitlines()[2:]]
+    assert rows == ["reader", "reader", "ssh"], cp.stdout

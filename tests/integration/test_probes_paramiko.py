@@ -1,8 +1,11 @@
-"""How probe/attempt.py tells a closed port from a silent one before the SSH banner, pinned against
-the paramiko the venv installs (pyproject allows >=3.2,<5): paramiko raises the same plain
-SSHException for both, so probes._before_banner reads ``Transport.remote_version`` and the
-exception's ``__context__``. If a paramiko release changes either, these tests fail here
-instead of the probe silently reporting every close as a handshake failure.
+"""The contract of probe/paramiko_adapter.py, pinned against the paramiko the venv installs
+(pyproject allows >=3.4.1,<5; CI also runs this against the oldest): paramiko raises the same
+plain SSHException for a closed port and a silent one before the SSH banner, so the adapter reads
+``Transport.remote_version`` and the exception's ``__context__``; ``initial_kex_done`` says
+whether start_client finished. If a paramiko release changes either, these tests fail here
+instead of the probe silently reporting every close as a handshake failure. (The adapter's
+``exit_status``, a channel's ``status_event``, is pinned through real sshd by
+tests/integration/test_integration.py's --remote-command tests.)
 
 Servers are plain sockets on 127.0.0.1 in a thread of this process: no sshd, no namespace.
 """
@@ -22,7 +25,7 @@ import pytest
 from mpiwait.probe.attempt import prober_for
 from mpiwait.probe.lookup import lookup_pool
 from mpiwait.probe.outcome import Stage, Status
-from mpiwait.settings import ProbeOptions
+from mpiwait.settings import Check, ProbeOptions
 
 TIMEOUT = 1.0  # the per-stage timeout of the probe; only the silent server waits it out
 
@@ -40,6 +43,22 @@ def reset(conn: socket.socket, _: threading.Event) -> None:
 
 
 def silent(conn: socket.socket, done: threading.Event) -> None:
+    done.wait(30)
+    conn.close()
+
+
+def turned_away(conn: socket.socket, _: threading.Event) -> None:
+    conn.sendall(b"Not allowed at this time\r\n")  # OpenSSH 9.8+: penalty or MaxStartups
+    conn.close()
+
+
+def exceeded_max_startups(conn: socket.socket, _: threading.Event) -> None:
+    conn.sendall(b"Exceeded MaxStartups\r\n")  # OpenSSH before 9.8
+    conn.close()
+
+
+def banner_then_silence(conn: socket.socket, done: threading.Event) -> None:
+    conn.sendall(b"SSH-2.0-OpenSSH_10.0p2 Debian-7\r\n")
     done.wait(30)
     conn.close()
 
@@ -78,11 +97,11 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def probe(port: int, key: Path, tmp_path: Path):
+def probe(port: int, key: Path, tmp_path: Path, check: Check = Check.SSH):
     config = tmp_path / "ssh_config"
     config.write_text("")
     options = ProbeOptions(
-        ssh_config=config, port=port, identity_files=(key,), connect_timeout=TIMEOUT
+        ssh_config=config, port=port, identity_files=(key,), connect_timeout=TIMEOUT, check=check
     )
     _, prober = prober_for(options, lookup_pool(1))
     return prober.attempt("127.0.0.1")
@@ -95,6 +114,8 @@ def probe(port: int, key: Path, tmp_path: Path):
         (reset, "closed"),
         (silent, "no-banner"),
         (banner_then_close, "handshake"),
+        (turned_away, "penalty"),
+        (exceeded_max_startups, "closed"),
     ],
 )
 def test_probe_tells_where_the_handshake_stopped(
@@ -105,6 +126,26 @@ def test_probe_tells_where_the_handshake_stopped(
     assert (outcome.status, outcome.stage, outcome.reason) == (Status.RETRY, Stage.SSH, reason)
     if reason == "closed":
         assert "MaxStartups" in outcome.detail
+    if reason == "penalty":
+        assert "PerSourcePenalties" in outcome.detail
+        assert outcome.pace == 1.0  # sshd refuses for >= 15 s: once a second will do
+
+
+@pytest.mark.parametrize(
+    ("behave", "status", "reason"),
+    [
+        (banner_then_silence, Status.READY, "ready"),
+        (silent, Status.READY, "ready"),  # a port that accepts, as --check tcp always took it
+        (turned_away, Status.RETRY, "penalty"),
+        (close_at_once, Status.RETRY, "closed"),
+    ],
+)
+def test_check_tcp_takes_a_port_sshd_turns_away_for_not_ready(
+    key: Path, tmp_path: Path, behave: Callable, status: Status, reason: str
+) -> None:
+    with server(behave) as port:
+        outcome = probe(port, key, tmp_path, Check.TCP)
+    assert (outcome.status, outcome.reason) == (status, reason)
 
 
 def test_paramiko_still_says_a_close_before_the_banner_the_way_probes_reads_it() -> None:
@@ -133,6 +174,37 @@ def test_paramiko_keeps_the_banner_it_read() -> None:
             transport.close()
 
 
+@pytest.mark.parametrize(
+    ("behave", "banner", "why"),
+    [
+        (close_at_once, False, "closed"),
+        (reset, False, "closed"),
+        (silent, False, "silent"),
+        (banner_then_close, True, None),
+    ],
+)
+def test_the_adapter_reads_where_start_client_stopped(
+    behave: Callable, banner: bool, why: str | None
+) -> None:
+    from mpiwait.probe import paramiko_adapter as adapter
+
+    with server(behave) as port, socket.create_connection(("127.0.0.1", port)) as sock:
+        transport = adapter.transport(sock, TIMEOUT)
+        try:
+            try:
+                transport.start_client(timeout=TIMEOUT)
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                assert adapter.banner_seen(transport) is banner
+                if not banner:
+                    assert adapter.before_banner(exc) == why
+            else:  # start_client may also just return when its own timeout passes first
+                assert why == "silent"
+                assert not adapter.banner_seen(transport)
+            assert not adapter.kex_done(transport)
+        finally:
+            transport.close()
+
+
 @pytest.mark.parametrize("check", ["tcp", "dns"])
 def test_a_passing_attempt_carries_where_it_got(tmp_path: Path, check: str) -> None:
     """What the launch (its interface) and --list-ready (its cache) need comes with the
@@ -142,7 +214,8 @@ def test_a_passing_attempt_carries_where_it_got(tmp_path: Path, check: str) -> N
 
     config = tmp_path / "ssh_config"
     config.write_text("Host w1\n  HostName 127.0.0.1\n")
-    with server(close_at_once) as port:
+    # a port that closes at once is no sshd to --check tcp: this one sends a banner and waits
+    with server(banner_then_silence) as port:
         options = ProbeOptions(Check(check), ssh_config=config, port=port, connect_timeout=TIMEOUT)
         _, prober = prober_for(options, lookup_pool(1))
         outcome = prober.attempt("w1")

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import pytest
 import testbed
-from conftest import requires_root_netns
 
-pytestmark = [pytest.mark.root, requires_root_netns]
+pytestmark = [pytest.mark.root, testbed.needs("netns")]
 
 BOUND = 0.5  # --recheck-after in these tests
 RUN_TIMEOUT = 90.0

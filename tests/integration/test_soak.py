@@ -20,9 +20,8 @@ from pathlib import Path
 
 import pytest
 import testbed
-from conftest import requires_root_netns
 
-pytestmark = [pytest.mark.root, requires_root_netns]
+pytestmark = [pytest.mark.root, testbed.needs("netns")]
 
 N, FLAPPING = 200, 50
 CHURN = 60.0

@@ -657,7 +657,9 @@ def test_launcher_execs_the_command_after_the_wait(monkeypatch: pytest.MonkeyPat
         return stub(*args)
 
     monkeypatch.setattr(run_module, "_wait", wait)
-    monkeypatch.setattr(run_module, "exec_command", lambda argv: order.append(f"exec {argv}"))
+    monkeypatch.setattr(
+        run_module, "exec_command", lambda argv, env=None: order.append(f"exec {argv}")
+    )
     settings = Settings(hosts_option="w1", check=Check.TCP, command=("sh", "-c", "true"))
     assert run(settings, {}) == ExitCode.OK
     assert order == ["wait", "exec ('sh', '-c', 'true')"]
@@ -1017,6 +1019,8 @@ def test_termination_log_is_explicit_only_when_named(monkeypatch: pytest.MonkeyP
         (["--log-format=json", "--bogus", "mpirun"], {}),
         (["--hosts", "a", "--parallel", "0"], {"MPIWAIT_LOG_FORMAT": "json"}),
         (["--log-format", "json", "--list-ready", "--", "true"], {}),
+        (["--bogus", "--log-format", "json"], {}),  # an unknown option before it
+        (["-x", "--log-format=json"], {}),
     ],
 )
 def test_usage_errors_are_json_when_json_was_asked_for(

@@ -11,6 +11,7 @@ import tty
 from pathlib import Path
 
 import pytest
+import testbed
 
 from mpiwait.output.groups import NAMES_PER_GROUP, group_not_ready
 from mpiwait.output.plans import print_plan
@@ -40,6 +41,7 @@ def lines(rep: Reporter) -> list[str]:
 
 
 def records(rep: Reporter) -> list[dict]:
+    testbed.check_json_log("", rep.stream.getvalue())  # type: ignore[attr-defined]
     return [json.loads(line) for line in lines(rep)]
 
 
@@ -353,6 +355,7 @@ def test_json_fields() -> None:
     assert (start["check"], start["timeout"], start["notes"]) == ("ssh", 600.0, ["a note"])
     assert (added["hosts"], added["total"]) == (["w3", "w4"], 5)
     assert host == {
+        "schema_version": 1,
         "time": host["time"],
         "event": "host",
         "elapsed": 1.25,

@@ -592,3 +592,38 @@ def test_the_schedule_retries_only_what_did_not_pass_and_stops_at_the_deadline()
     # never start it): stop_before_delay against the wait's deadline
     assert s.next_delay(state, REFUSED, now=9.99, **common) is None
     assert s.next_delay(state, REFUSED, now=9.97, **common) == pytest.approx(0.02)
+
+
+# --- per-source penalties (OpenSSH 9.8+) ----------------------------------------------------
+
+PENALISED = Outcome(Status.RETRY, Stage.SSH, "penalty", "Not allowed at this time", pace=1.5)
+ABORTED = Outcome(Status.RETRY, Stage.SSH, "no-banner", "no SSH banner", pace=1.5)
+
+
+def test_an_attempt_ended_before_authentication_is_followed_no_sooner_than_its_pace():
+    result, _, runner = run(["a"], lambda h, t: ABORTED, timeout=30)
+    assert result.end is End.TIMEOUT
+    times = [t for t, _ in runner.starts]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert min(gaps) >= 1.5  # the floor alone (0.1 s) would try it ~10 times a second
+    assert len(times) <= 30 / 1.5 + 1
+
+
+def test_drops_after_a_rejected_key_continue_the_rejections_and_say_why():
+    # rejected, then sshd refuses the address for the rejection (authfail): exit as for three
+    # rejections, soon, instead of waiting the penalty (>= 15 s) out
+    result, _, runner = run(["a"], lambda h, t: REJECTED if t < 0.02 else PENALISED)
+    assert result.end is End.PERMANENT
+    assert len(runner.starts) == 3
+    assert result.elapsed < 15
+    assert result.failed is not None and result.failed.reason == "auth-rejected"
+    assert "Permission denied" in result.failed.detail
+    assert "PerSourcePenalties" in result.failed.detail
+    assert result.hint == "fix keys"
+
+
+def test_drops_without_a_rejection_are_waited_out():
+    # penalised by something else (another client, an earlier run): time fixes it
+    result, _, _ = run(["a"], lambda h, t: READY if t > 20 else PENALISED)
+    assert result.end is End.READY
+    assert result.elapsed > 20
