@@ -201,7 +201,8 @@ class _WordList(click.Path):
     callback=_finite,
     default=DEFAULT_RECHECK_AFTER,
     show_default=True,
-    help="Before the launch, check again the hosts that passed more than S seconds ago; 0: never.",
+    help="While others are missing, check a host that passed again S/2 to S seconds after each "
+    "pass, so that none is more than S seconds past its last check at the launch; 0: never.",
     metavar="S",
 )
 @click.option("--dry-run", is_flag=True, help="Print hosts and SSH settings, then exit.")

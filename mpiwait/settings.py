@@ -48,7 +48,7 @@ RETRY_FLOOR_SSH = 0.1
 BACKOFF_GRACE = 20.0
 BACKOFF_DOUBLING = 10.0
 
-# Hosts that passed longer ago are checked again before the launch (3x a normal start).
+# The oldest a host's last check may be at the launch: re-checked 15-30 s after each pass.
 DEFAULT_RECHECK_AFTER = 30.0
 
 # A refused address is reused this long instead of looked up again (CoreDNS's record TTL).

@@ -158,6 +158,7 @@ class TextEvents:
         elif isinstance(event, ev.HostLost):
             state = event.state  # always shown: it is why the launch waits again
             self.line(f"[+{event.elapsed:.1f}s] {state.host} no longer ready: {_why(state)}")
+            self._last_progress -= 1  # the count fell: the next host ready is progress again
         elif isinstance(event, ev.StillWaiting):
             self.line(_waiting_line(event))
 

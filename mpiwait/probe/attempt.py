@@ -19,8 +19,10 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from mpiwait.errors import InputError, PermanentError
+from mpiwait.openssh.client import find_client
 from mpiwait.openssh.config import SSHConfig, SSHTarget
 from mpiwait.probe import paramiko_adapter as adapter
+from mpiwait.probe.kept import KeptConnections
 from mpiwait.probe.keys import HostKeyPolicy, IdentityCache
 from mpiwait.probe.lookup import LookupPool, LookupTimeout, ResolverBusy
 from mpiwait.probe.outcome import PENALTY, Outcome, Reached, Stage, Status
@@ -66,9 +68,11 @@ class Prober:
         identities: IdentityCache | None = None,
         host_keys: HostKeyPolicy | None = None,
         pacer: Pacer | None = None,
+        kept: KeptConnections | None = None,
     ) -> None:
         self._options = options
         self._pacer = pacer or Pacer(None)
+        self._kept = kept  # where a passed login's connection stays open (None: closed)
         self._ssh = ssh
         self._identities = identities or IdentityCache()
         self._host_keys = host_keys or HostKeyPolicy()
@@ -136,7 +140,7 @@ class Prober:
             turned_away = _turned_away(sock, min(timeout, DROP_NOTICE_WAIT))
             if turned_away is not None:
                 return turned_away
-            outcome = self._login(sock, target, timeout)
+            outcome = self._login(sock, target, timeout, host)
         finally:
             sock.close()
         if outcome is READY:
@@ -175,7 +179,7 @@ class Prober:
                 sock.close()
         return turned_away or _ready(target, infos, local)
 
-    def _login(self, sock: socket.socket, target: SSHTarget, timeout: float) -> Outcome:
+    def _login(self, sock: socket.socket, target: SSHTarget, timeout: float, host: str) -> Outcome:
         import paramiko
 
         try:
@@ -194,7 +198,13 @@ class Prober:
             if failed is not None:
                 return failed
             if self._options.remote_command:
-                return self._run_remote(transport, self._options.remote_command, timeout)
+                outcome = self._run_remote(transport, self._options.remote_command, timeout)
+                if outcome is not READY:
+                    return outcome
+            if self._kept is not None:
+                # paramiko closes its socket below and sends nothing: a duplicate keeps the
+                # authenticated connection open
+                self._kept.keep(host, sock)
             return READY
         except (paramiko.SSHException, EOFError, OSError) as exc:
             return _retry(Stage.SSH, "handshake", f"SSH session failed: {_oserror(exc)}")
@@ -422,7 +432,11 @@ def _ready(target: SSHTarget, infos: list[AddrInfo], local: str) -> Outcome:
 
 
 def prober_for(
-    options: ProbeOptions, lookups: LookupPool, pacer: Pacer | None = None
+    options: ProbeOptions,
+    lookups: LookupPool,
+    pacer: Pacer | None = None,
+    *,
+    kept: KeptConnections | None = None,
 ) -> tuple[SSHConfig, Prober]:
     """ssh settings resolved as OpenSSH would, then our overrides (-p, -l, -i, -F); and the
     prober for them, with the stages up to --check (``pacer``: accounts of connections closed
@@ -432,5 +446,6 @@ def prober_for(
         port=options.port,
         user=options.user,
         identity_files=options.identity_files,
+        client=find_client(),  # the ssh mpirun will run: its release's rules, its ssh -G
     )
-    return ssh, Prober(options, ssh, lookups, pacer=pacer)
+    return ssh, Prober(options, ssh, lookups, pacer=pacer, kept=kept)

@@ -20,6 +20,7 @@ class Status(str, enum.Enum):
     READY = "ready"  # passed every stage asked for
     RETRY = "retry"  # not yet: time may fix it
     FATAL = "fatal"  # answered, but in a way time will not fix (key rejected, host key mismatch)
+    LOST = "lost"  # not an attempt: the connection kept from a host's last login ended
 
 
 # The reason of an attempt that sshd turned away before its banner: its address is penalised

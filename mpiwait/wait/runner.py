@@ -23,14 +23,19 @@ class ThreadRunner(Generic[T]):
     escapes it (a probe bug, a library surprise) into a result, so no host is lost."""
 
     def __init__(
-        self, work: Callable[[str], T], workers: int, on_error: Callable[[Exception], T]
+        self,
+        work: Callable[[str], T],
+        workers: int,
+        on_error: Callable[[Exception], T],
+        done: queue.SimpleQueue[tuple[str, T]] | None = None,
     ) -> None:
         self._work = work
         self._on_error = on_error
         self._workers = max(1, workers)
         self._threads: list[threading.Thread] = []
         self._jobs: queue.SimpleQueue[str] = queue.SimpleQueue()
-        self._done: queue.SimpleQueue[tuple[str, T]] = queue.SimpleQueue()
+        # shared with whoever else reports (host, result): the kept connections' LOST
+        self._done = done if done is not None else queue.SimpleQueue()
         self._idle = 0
         self._lock = threading.Lock()
 

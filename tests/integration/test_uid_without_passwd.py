@@ -131,6 +131,8 @@ def test_without_command_it_waits_and_logs_in_at_that_uid(
         accepted = server.log().count("Accepted publickey for root")
     assert result.returncode == ExitCode.OK, result
     assert "1 host ready in" in result.stderr, result
+    # ssh cannot be asked about the config at this uid: the start notes say what decides.
+    assert "cannot run at this uid (No user exists for uid" in result.stderr, result
     assert accepted >= 1
     output = result.stdout + result.stderr
     assert not any(line in output for line in testbed.key_secret_lines(key))

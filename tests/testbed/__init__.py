@@ -12,7 +12,8 @@ Labs (each a context manager; ``down()``/``close()`` leaves nothing behind):
                               (PerSourcePenalties on) instead of the machine's tuned one;
                               ``bed.penalties()`` lists its log's penalty activations.
     ManyHosts(n, workdir=...) hundreds of hosts as addresses of ONE namespace, one sshd; each
-                              host "up", "refuse", "drop" or "stall" via set_states().
+                              host "up", "refuse", "drop" or "stall" via set_states();
+                              log_level="VERBOSE" makes sshd_log tell each connection's address.
     LoopBed(n, workdir)       thousands of hosts as 127.1.x.y of one namespace (benchmarks).
     Lab(root)                 sshd on 127.0.0.x:port in this namespace (lab.sshd() gives an Sshd;
                               lab.silent(), lab.banner_then_silence(), lab.key(); keygen,

@@ -627,7 +627,7 @@ class WaitStub:
         self.signal_name = signal_name
         self.calls: list[tuple[str, ...]] = []
 
-    def __call__(self, settings, sources, names, prober, reporter) -> WaitResult:
+    def __call__(self, settings, sources, names, prober, reporter, *_queue_and_kept) -> WaitResult:
         self.calls.append(names)
         stage = Stage.READY if self.end is End.READY else Stage.TCP
         hosts = tuple(HostState(n, stage, "" if stage is Stage.READY else "refused") for n in names)
