@@ -15,7 +15,6 @@ from pathlib import Path
 
 import click
 
-from mpiwait import __version__
 from mpiwait.errors import ExitCode, Interrupted, MpiwaitError, interrupted_status
 from mpiwait.settings import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -215,7 +214,16 @@ class _WordList(click.Path):
     "Open MPI 5's names for the operators' OMPI_MCA_orte_* variables, MPICH's "
     "HYDRA_LAUNCHER_EXTRA_ARGS; each logged. Off: COMMAND's environment stays as it is.",
 )
-@click.version_option(__version__, "-V", "--version", prog_name="mpiwait")
+@click.option(
+    "-V",
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, _param, value: _print_version(ctx, value),
+    help="Print the version, the commit it was built from, Python, paramiko, cryptography and "
+    "the platform, then exit (one JSON object with --log-format json).",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def command_line(ctx: click.Context, **params: object) -> Settings:
@@ -263,6 +271,18 @@ def command_line(ctx: click.Context, **params: object) -> Settings:
     )
 
 
+def _print_version(ctx: click.Context, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from mpiwait import about
+
+    info = about.build_info()
+    argv = ctx.obj if isinstance(ctx.obj, list) else []
+    text = about.version_json(info) if _asks_for_json(argv) else about.version_text(info)
+    click.echo(text, nl=False)
+    ctx.exit()
+
+
 def _check_together(ctx: click.Context, params: dict[str, object]) -> None:
     """Options each valid alone that cannot go together."""
     retry_initial = params["retry_initial"] or DEFAULT_RETRY_INITIAL
@@ -283,7 +303,7 @@ def _check_together(ctx: click.Context, params: dict[str, object]) -> None:
 def parse(argv: list[str]) -> Settings | int:
     """Settings, or the exit status when parsing already answered (help, version, error)."""
     try:
-        result = command_line.main(args=argv, prog_name="mpiwait", standalone_mode=False)
+        result = command_line.main(args=argv, prog_name="mpiwait", standalone_mode=False, obj=argv)
     except click.exceptions.UsageError as exc:
         message = exc.format_message().replace("\n", " ")
         envvar = _bad_envvar(exc, argv)
