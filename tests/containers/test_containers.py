@@ -27,9 +27,12 @@ from pathlib import Path
 import pytest
 from testbed import containers, leaks
 
+import mpiwait
+
 REPO = Path(__file__).resolve().parents[2]
-MPIWAIT_IMAGE = "ghcr.io/mpiwait/mpiwait:0.1.0"
-PI_IMAGE = "ghcr.io/mpiwait/pi-mpich-mpiwait:0.1.0"  # examples/kubernetes/entrypoint.Dockerfile
+MPIWAIT_IMAGE = f"ghcr.io/mpiwait/mpiwait:{mpiwait.__version__}"
+# examples/kubernetes/entrypoint.Dockerfile
+PI_IMAGE = f"ghcr.io/mpiwait/pi-mpich-mpiwait:{mpiwait.__version__}"
 OPERATOR_PI = "mpioperator/mpi-pi:mpich"  # its base, stood in for by the tests
 IMAGE_LIMIT = 100 * 1024 * 1024
 BUNDLE_LIMIT = 60 * 1024 * 1024
@@ -66,7 +69,7 @@ WORKDIR /home/mpiuser
 
 # The README's way of putting mpiwait into an image (Deploy, "As the ENTRYPOINT").
 COPY_IN_DOCKERFILE = """
-FROM ghcr.io/mpiwait/mpiwait:0.1.0 AS mpiwait
+FROM {image} AS mpiwait
 FROM {base}
 COPY --from=mpiwait /opt/mpiwait /opt/mpiwait
 ENTRYPOINT ["/opt/mpiwait/bin/mpiwait"]
@@ -247,7 +250,9 @@ def test_image_and_bundle_sizes(engine, mpiwait_image):
     engine.debian_base("bookworm")
     ctx = engine.workdir / "measure"
     ctx.mkdir(exist_ok=True)
-    (ctx / "Dockerfile").write_text(COPY_IN_DOCKERFILE.format(base="debian:bookworm-slim"))
+    (ctx / "Dockerfile").write_text(
+        COPY_IN_DOCKERFILE.format(image=MPIWAIT_IMAGE, base="debian:bookworm-slim")
+    )
     engine.build(ctx, "mpiwait-tests/measure")
     out = engine.docker(
         "run", "--rm", "--entrypoint", "du", "mpiwait-tests/measure", "-sb", "/opt/mpiwait"
@@ -305,7 +310,7 @@ def test_copy_in_logs_in_from_any_base(engine, job, workers, mpiwait_image, base
         ref = "scratch"
     ctx = job.workdir / f"copy-in-{base}"
     ctx.mkdir()
-    (ctx / "Dockerfile").write_text(COPY_IN_DOCKERFILE.format(base=ref))
+    (ctx / "Dockerfile").write_text(COPY_IN_DOCKERFILE.format(image=MPIWAIT_IMAGE, base=ref))
     image = f"mpiwait-tests/copy-in:{base}"
     engine.build(ctx, image)
     keys = job.key_dir(0)

@@ -35,6 +35,8 @@ from typing import Any
 
 import pytest
 
+import mpiwait
+
 yaml = pytest.importorskip("yaml", reason="pyyaml is in the test extra")
 
 import testbed  # noqa: E402  (tests/ is on sys.path via conftest)
@@ -53,7 +55,7 @@ DOCKERFILES = [
 ]
 K8S_EXAMPLES = sorted(K8S.glob("*.yaml"))
 
-MPIWAIT_IMAGE = "ghcr.io/mpiwait/mpiwait:0.1.0"
+MPIWAIT_IMAGE = f"ghcr.io/mpiwait/mpiwait:{mpiwait.__version__}"
 MPIWAIT_IN_IMAGE = "/opt/mpiwait/bin/mpiwait"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -95,7 +97,7 @@ IMAGES: dict[str, ImageFacts] = {
     # FROM scratch: /opt/mpiwait and root's passwd entry, nothing else (no ssh, no shell).
     MPIWAIT_IMAGE: ImageFacts(REPO / "Dockerfile", {0: ("root", "/root")}, {}),
     # mpi-operator's mpi-pi:mpich (mpiuser is uid 1000, home /home/mpiuser) plus /opt/mpiwait.
-    "ghcr.io/mpiwait/pi-mpich-mpiwait:0.1.0": ImageFacts(
+    f"ghcr.io/mpiwait/pi-mpich-mpiwait:{mpiwait.__version__}": ImageFacts(
         K8S / "entrypoint.Dockerfile",
         {0: ("root", "/root"), 1000: ("mpiuser", "/home/mpiuser")},
         {"ssh_config": OPERATOR_SSH_CONFIG},
@@ -103,13 +105,13 @@ IMAGES: dict[str, ImageFacts] = {
     # Horovod's image: root, sshd on port 22; its ssh_config is not relied upon.
     "horovod/horovod:0.28.1": ImageFacts(None, {0: ("root", "/root")}, {}),
     # mpi-operator's mpi-pi:intel (Intel MPI 2021) plus /opt/mpiwait, no entrypoint.sh.
-    "ghcr.io/mpiwait/pi-intel-mpiwait:0.1.0": ImageFacts(
+    f"ghcr.io/mpiwait/pi-intel-mpiwait:{mpiwait.__version__}": ImageFacts(
         K8S / "intel-entrypoint.Dockerfile",
         {0: ("root", "/root"), 1000: ("mpiuser", "/home/mpiuser")},
         {"ssh_config": OPERATOR_SSH_CONFIG},
     ),
     # mpi-operator's mpi-pi:openmpi (Open MPI 5.0.7; Trainer's runtimes run it) plus /opt/mpiwait.
-    "ghcr.io/mpiwait/pi-openmpi-mpiwait:0.1.0": ImageFacts(
+    f"ghcr.io/mpiwait/pi-openmpi-mpiwait:{mpiwait.__version__}": ImageFacts(
         K8S / "trainer-entrypoint.Dockerfile",
         {0: ("root", "/root"), 1000: ("mpiuser", "/home/mpiuser")},
         {"ssh_config": OPERATOR_SSH_CONFIG},
