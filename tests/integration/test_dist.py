@@ -152,7 +152,7 @@ def test_wheel_in_a_clean_venv_reports_its_build_and_waits_for_real_sshd(
     assert lines[0] == f"mpiwait, version {mpiwait.__version__}"
     if _clean_tree():
         assert lines[1].startswith(f"commit: {_git('rev-parse', 'HEAD')} (")
-    assert lines[2].endswith(f"({venv}/bin/python)"), lines  # sys.executable: the venv's
+    assert lines[2].endswith(f"({venv}/bin/python3)"), lines  # the script's interpreter
 
     key = lab.key("id_ed25519")
     port = lab.free_port(A, B)
