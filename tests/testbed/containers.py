@@ -12,6 +12,10 @@
   pays for debootstrap and package downloads.
 - The host's CA bundle and a ``pip.conf`` naming it go into the tests' Debian bases only (this
   machine reaches PyPI through a CA fresh images lack); the shipped Dockerfiles never carry them.
+- linux/arm64 on this amd64 machine: ``arm64_emulation()`` registers Debian's qemu-user-static
+  with binfmt_misc (mounting it if needed); ``rootfs(suite, "arm64")`` is ``debootstrap --arch
+  arm64 --foreign`` plus its second stage under emulation, and ``Engine.debian_base(suite,
+  "arm64")`` imports it as ``mpiwait-tests/debian-arm64:<suite>-slim`` (platform linux/arm64).
 
 Stdlib only; importable without pytest. Needs root, docker.io (dockerd, containerd, runc, the
 docker CLI) and debootstrap.
@@ -39,6 +43,8 @@ SUITES = ("bullseye", "bookworm", "trixie")
 GLIBC_ONLY = "mpiwait-tests/glibc-only"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 TOOLS = ("dockerd", "containerd", "runc", "docker", "debootstrap")
+QEMU_AARCH64 = Path("/usr/bin/qemu-aarch64-static")
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
 # Bumped when what goes into a cached root filesystem changes.
 ROOTFS_VERSION = "1"
 # An Engine's containerd and dockerd carry MPIWAIT_TESTBED=<this><owner pid, base 36>-<n>, so the
@@ -97,18 +103,50 @@ def _cached(out: Path, make: Callable[[Path, Path], None]) -> Path:
     return out
 
 
-def rootfs(suite: str) -> Path:
-    """A tarball of ``debootstrap --variant=minbase SUITE`` without docs, man pages and locales."""
+def arm64_emulation() -> str | None:
+    """Make this machine run arm64 binaries (qemu-user-static through binfmt_misc, registered
+    with Debian's flags F: it works inside chroots and containers too); why not, or None."""
+    if os.uname().machine == "aarch64":
+        return None
+    if not QEMU_AARCH64.exists() or shutil.which("update-binfmts") is None:
+        return "qemu-user-static and binfmt-support not installed (apt-get install them)"
+    if not (BINFMT / "register").exists():
+        p = subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)],
+                           capture_output=True, text=True)  # fmt: skip
+        if p.returncode != 0:
+            return f"cannot mount binfmt_misc: {p.stderr.strip()}"
+    entry = BINFMT / "qemu-aarch64"
+    if not entry.exists() or "enabled" not in entry.read_text():
+        p = subprocess.run(["update-binfmts", "--enable", "qemu-aarch64"],
+                           capture_output=True, text=True)  # fmt: skip
+        if p.returncode != 0 or not entry.exists():
+            return f"update-binfmts --enable qemu-aarch64 failed: {p.stderr.strip()}"
+    return None
+
+
+def rootfs(suite: str, arch: str = "amd64") -> Path:
+    """A tarball of ``debootstrap --variant=minbase SUITE`` without docs, man pages and locales;
+    for another ``arch`` (arm64) the two stages, the second under emulation."""
 
     def make(root: Path, part: Path) -> None:
-        _run(["debootstrap", "--variant=minbase", suite, str(root), MIRROR], timeout=900)
+        if arch == "amd64":
+            _run(["debootstrap", "--variant=minbase", suite, str(root), MIRROR], timeout=900)
+        else:
+            problem = arm64_emulation()
+            if problem:
+                raise EngineError(f"no {arch} root filesystem: {problem}")
+            _run(["debootstrap", f"--arch={arch}", "--foreign", "--variant=minbase", suite,
+                  str(root), MIRROR], timeout=900)  # fmt: skip
+            _run(["chroot", str(root), "/debootstrap/debootstrap", "--second-stage"],
+                 timeout=1800)  # fmt: skip
         for junk in ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale"):
             shutil.rmtree(root / junk, ignore_errors=True)
         shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
         (root / "var/cache/apt/archives/partial").mkdir(parents=True)
         _run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(part), "."])
 
-    return _cached(CACHE / "rootfs" / f"{suite}-v{ROOTFS_VERSION}.tar", make)
+    name = suite if arch == "amd64" else f"{suite}-{arch}"
+    return _cached(CACHE / "rootfs" / f"{name}-v{ROOTFS_VERSION}.tar", make)
 
 
 def all_rootfs() -> None:
@@ -311,11 +349,13 @@ class Engine:
         p = self.docker("image", "inspect", "-f", fmt, ref, check=False)
         return p.returncode == 0 and (label is None or p.stdout.strip() == label)
 
-    def import_tar(self, tar: Path, ref: str, changes: Sequence[str] = ()) -> None:
+    def import_tar(
+        self, tar: Path, ref: str, changes: Sequence[str] = (), options: Sequence[str] = ()
+    ) -> None:
         label = f"{tar.name}@{int(tar.stat().st_mtime)}"
         if self.has_image(ref, label):
             return
-        args = ["import", "-c", f'LABEL mpiwait.tests.rootfs="{label}"']
+        args = ["import", *options, "-c", f'LABEL mpiwait.tests.rootfs="{label}"']
         for c in changes:
             args += ["-c", c]
         self.docker(*args, str(tar), ref)
@@ -326,19 +366,22 @@ class Engine:
             "build", "--network", "host", "-t", tag, *args, str(context), timeout=timeout
         ).stdout
 
-    def debian_base(self, suite: str) -> str:
-        """``debian:<suite>-slim`` made from debootstrap, with the host's CA bundle for pip."""
-        ref = f"debian:{suite}-slim"
-        raw = f"mpiwait-tests/rootfs:{suite}"
-        self.import_tar(rootfs(suite), raw, ['CMD ["bash"]'])
-        ctx = self.workdir / f"trust-{suite}"
+    def debian_base(self, suite: str, arch: str = "amd64") -> str:
+        """``debian:<suite>-slim`` made from debootstrap, with the host's CA bundle for pip;
+        another ``arch``: ``mpiwait-tests/debian-<arch>:<suite>-slim``, of that platform."""
+        native = arch == "amd64"
+        ref = f"debian:{suite}-slim" if native else f"mpiwait-tests/debian-{arch}:{suite}-slim"
+        raw = f"mpiwait-tests/rootfs:{suite}" + ("" if native else f"-{arch}")
+        platform = [] if native else ["--platform", f"linux/{arch}"]
+        self.import_tar(rootfs(suite, arch), raw, ['CMD ["bash"]'], platform)
+        ctx = self.workdir / (f"trust-{suite}" + ("" if native else f"-{arch}"))
         ctx.mkdir(exist_ok=True)
         shutil.copyfile(HOST_CA, ctx / "ca.crt")
         (ctx / "pip.conf").write_text("[global]\ncert = /etc/mpiwait-tests/ca.crt\n")
         (ctx / "Dockerfile").write_text(
             f"FROM {raw}\nCOPY ca.crt /etc/mpiwait-tests/ca.crt\nCOPY pip.conf /etc/pip.conf\n"
         )
-        self.docker("build", "-q", "-t", ref, str(ctx))
+        self.docker("build", "-q", *platform, "-t", ref, str(ctx))
         return ref
 
     def glibc_only_base(self) -> str:
