@@ -285,3 +285,23 @@ def test_release_workflow_pushes_where_the_examples_pull_from() -> None:
         if path.is_file():
             pulled |= set(re.findall(r"ghcr\.io/mpiwait/[a-z0-9-]+", path.read_text()))
     assert pulled and pulled <= pushed, pulled - pushed
+
+
+# --- the package index's page -----------------------------------------------------------------
+
+
+def test_readme_links_work_on_a_package_index() -> None:
+    """README.md is the package's description on PyPI, where a relative link leads nowhere:
+    every link is absolute, or an anchor of one of README's own headings."""
+    text = (REPO / "README.md").read_text()
+    anchors = {
+        re.sub(r"[^\w\- ]", "", h).strip().lower().replace(" ", "-")
+        for h in re.findall(r"^#+ (.+)$", text, re.M)
+    }
+    broken = [
+        target
+        for target in re.findall(r"\]\(([^)\s]+)\)", text)
+        if not target.startswith(("https://", "http://"))
+        and not (target.startswith("#") and target[1:] in anchors)
+    ]
+    assert broken == []
