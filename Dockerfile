@@ -51,8 +51,13 @@ RUN MPIWAIT_REVISION="$REVISION" make-bundle /src \
     && echo 'root:x:0:0:root:/root:/sbin/nologin' >/rootfs/etc/passwd \
     && echo 'root:x:0:' >/rootfs/etc/group
 
-# Nothing but the bundle: no shell, no package manager, no libc of the image's own.
+# Nothing but the bundle: no shell, no package manager, no libc of the image's own. The bundle
+# comes first: its layer differs by architecture, so a classic builder's cache never hands an
+# arm64 build the amd64 layers of the steps below.
 FROM scratch
+
+COPY --from=builder /opt/mpiwait /opt/mpiwait
+COPY --from=builder /rootfs/ /
 
 ARG VERSION=""
 ARG REVISION=""
@@ -64,9 +69,6 @@ LABEL org.opencontainers.image.title="mpiwait" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.version="$VERSION" \
       org.opencontainers.image.revision="$REVISION"
-
-COPY --from=builder /rootfs/ /
-COPY --from=builder /opt/mpiwait /opt/mpiwait
 
 # Any uid works (OpenShift assigns one; runAsUser: 1000 is typical). A uid without a passwd entry
 # takes its home from $HOME, so ~/.ssh is /home/mpiuser/.ssh, where mpi-operator mounts the job's

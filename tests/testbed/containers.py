@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import io
+import json
 import os
 import shutil
 import signal
@@ -349,16 +352,42 @@ class Engine:
         p = self.docker("image", "inspect", "-f", fmt, ref, check=False)
         return p.returncode == 0 and (label is None or p.stdout.strip() == label)
 
-    def import_tar(
-        self, tar: Path, ref: str, changes: Sequence[str] = (), options: Sequence[str] = ()
-    ) -> None:
+    def import_tar(self, tar: Path, ref: str, changes: Sequence[str] = ()) -> None:
         label = f"{tar.name}@{int(tar.stat().st_mtime)}"
         if self.has_image(ref, label):
             return
-        args = ["import", *options, "-c", f'LABEL mpiwait.tests.rootfs="{label}"']
+        args = ["import", "-c", f'LABEL mpiwait.tests.rootfs="{label}"']
         for c in changes:
             args += ["-c", c]
         self.docker(*args, str(tar), ref)
+
+    def load_rootfs(self, tar: Path, ref: str, arch: str, cmd: Sequence[str] = ()) -> None:
+        """A root filesystem tarball as a one-layer image of ``arch``: ``docker import`` of
+        dockerd 20.10 always labels an image with the host's architecture, and the builder
+        then refuses it for ``--platform linux/<arch>``; ``docker load`` takes the config's."""
+        label = f"{tar.name}@{int(tar.stat().st_mtime)}/{arch}"
+        if self.has_image(ref, label):
+            return
+        digest = hashlib.sha256()
+        with open(tar, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        config = json.dumps({
+            "architecture": arch, "os": "linux",
+            "config": {"Cmd": list(cmd), "Labels": {"mpiwait.tests.rootfs": label}},
+            "rootfs": {"type": "layers", "diff_ids": [f"sha256:{digest.hexdigest()}"]},
+        }).encode()  # fmt: skip
+        name = f"{hashlib.sha256(config).hexdigest()}.json"
+        manifest = json.dumps([{"Config": name, "RepoTags": [ref], "Layers": ["layer.tar"]}])
+        with tempfile.TemporaryDirectory(dir=self.workdir) as tmp:
+            image = Path(tmp) / "image.tar"
+            with tarfile.open(image, "w") as out:
+                out.add(tar, arcname="layer.tar")
+                for member, data in ((name, config), ("manifest.json", manifest.encode())):
+                    info = tarfile.TarInfo(member)
+                    info.size = len(data)
+                    out.addfile(info, io.BytesIO(data))
+            self.docker("load", "-i", str(image))
 
     def build(self, context: Path, tag: str, *args: str, timeout: float = 900) -> str:
         """``docker build`` (classic builder, host network for package fetches); the log."""
@@ -373,7 +402,10 @@ class Engine:
         ref = f"debian:{suite}-slim" if native else f"mpiwait-tests/debian-{arch}:{suite}-slim"
         raw = f"mpiwait-tests/rootfs:{suite}" + ("" if native else f"-{arch}")
         platform = [] if native else ["--platform", f"linux/{arch}"]
-        self.import_tar(rootfs(suite, arch), raw, ['CMD ["bash"]'], platform)
+        if native:
+            self.import_tar(rootfs(suite), raw, ['CMD ["bash"]'])
+        else:
+            self.load_rootfs(rootfs(suite, arch), raw, arch, ["bash"])
         ctx = self.workdir / (f"trust-{suite}" + ("" if native else f"-{arch}"))
         ctx.mkdir(exist_ok=True)
         shutil.copyfile(HOST_CA, ctx / "ca.crt")
