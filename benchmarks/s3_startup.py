@@ -14,8 +14,9 @@ These are short, so each is run 4x as often as ``--reps`` asks (interleaved).
 
 Then what recognising the launch adds on the launcher path (launch/handover.py), in process: the
 import of mpiwait.launch.handover and .interfaces (``-X importtime``), and one ``recognise()``
-plus ``plan()`` for each MPI installed here (Debian's, and scripts/install-test-mpis's). The
-worker path never imports launch/handover.py nor recognises anything.
+plus ``plan()`` for each MPI installed here (Debian's, and scripts/install-test-mpis's), and for
+COMMAND a wrapper (``bash -c``, a script: the MPI looked for on its PATH). The worker path never
+imports launch/handover.py nor recognises anything.
 """
 
 from __future__ import annotations
@@ -128,6 +129,21 @@ LAUNCHERS = {
     "MPICH 5 (PyPI)": str(MPIS / "mpich5/bin/mpirun"),
     "Intel MPI (PyPI)": str(MPIS / "impi/bin/mpirun"),
 }
+# COMMAND a wrapper (issue 21): the MPI is looked for on PATH; (argv, PATH first or alone)
+WRAPPERS = {
+    "bash -c, Open MPI 5 (PyPI) first on PATH": (
+        ["bash", "-c", "cd /tmp && mpirun -n 2 hostname"],
+        str(MPIS / "openmpi5/bin") + os.pathsep + os.environ.get("PATH", os.defpath),
+    ),
+    "bash -c, Debian's mpirun on PATH": (
+        ["bash", "-c", "cd /tmp && mpirun -n 2 hostname"],
+        os.environ.get("PATH", os.defpath),
+    ),
+    "python3 train.py, no MPI on PATH": (
+        ["python3", "train.py"],
+        "/usr/local/sbin:/usr/local/bin:/usr/sbin:/sbin",
+    ),
+}
 CALLS = 50  # recognise() calls per repetition
 
 
@@ -172,6 +188,20 @@ def _recognise_rows(ctx: Context, reps: int) -> list[dict]:
         for _ in range(reps * CALLS):
             t0 = time.perf_counter()
             plan(recognise(argv, env), argv, env, interface=eth0)
+            times.append(time.perf_counter() - t0)
+        rows.append(_in_process_row(f"recognise the launch: {label}", times))
+        ctx.log(f"  recognise {label}: {Stat.of(times).median * 1e6:.0f} µs")
+    for label, (argv, path) in WRAPPERS.items():
+        wenv = {**env, "PATH": path}
+        found = recognise(argv, wenv)
+        if (found is None) != label.endswith("no MPI on PATH"):
+            continue  # not installed here (or, for the last, an MPI is after all)
+        times = []
+        for _ in range(reps * CALLS):
+            t0 = time.perf_counter()
+            launch = recognise(argv, wenv)
+            if launch is not None:
+                plan(launch, argv, wenv, interface=eth0)
             times.append(time.perf_counter() - t0)
         rows.append(_in_process_row(f"recognise the launch: {label}", times))
         ctx.log(f"  recognise {label}: {Stat.of(times).median * 1e6:.0f} µs")

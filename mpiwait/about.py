@@ -76,7 +76,7 @@ def version_text(info: dict[str, str]) -> str:
 
 
 def version_json(info: dict[str, str]) -> str:
-    """One JSON object on one line, ``event`` first like every record of --log-format json."""
-    import json  # only for this form: the text form stays light
+    """One JSON object on one line, a record of --log-format json (docs/events.schema.json)."""
+    from mpiwait.output.jsonl import json_record  # only for this form: the text form stays light
 
-    return json.dumps({"event": "version", **info}) + "\n"
+    return json_record("version", **info) + "\n"

@@ -11,12 +11,15 @@ import math
 import os
 import signal
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import click
 
 from mpiwait.errors import ExitCode, Interrupted, MpiwaitError, interrupted_status
 from mpiwait.settings import (
+    BACKOFF_DOUBLING,
+    BACKOFF_GRACE,
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_DISCOVER_HOSTS,
     DEFAULT_HOSTFILE,
@@ -27,10 +30,22 @@ from mpiwait.settings import (
     DEFAULT_RETRY_MAX,
     DEFAULT_TERMINATION_LOG,
     DEFAULT_TIMEOUT,
+    PERMANENT_FAILURES_BEFORE_EXIT,
+    RETRY_FLOOR_DNS,
+    RETRY_FLOOR_SSH,
+    RETRY_FLOOR_TCP,
+    SOURCE_REREAD_INTERVAL,
+    STATUS_INTERVAL,
     Check,
     LogFormat,
+    Mode,
+    OutputOptions,
+    ProbeOptions,
+    Run,
     Settings,
+    SourceOptions,
 )
+from mpiwait.wait.policy import Budget, RetryPolicy, WaitPolicy
 
 CONTEXT = {
     "auto_envvar_prefix": "MPIWAIT",
@@ -68,7 +83,8 @@ def _positive(ctx: click.Context, param: click.Parameter, value: float | None) -
 class _WordList(click.Path):
     """A path option whose environment variable holds several paths separated by blanks."""
 
-    envvar_list_splitter = None  # type: ignore[assignment]
+    def split_envvar_value(self, rv: str) -> Sequence[str]:
+        return rv.split()
 
 
 @click.command(context_settings=CONTEXT, epilog=EPILOG)
@@ -226,7 +242,36 @@ class _WordList(click.Path):
 )
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
-def command_line(ctx: click.Context, **params: object) -> Settings:
+def command_line(
+    ctx: click.Context,
+    /,
+    *,
+    command: tuple[str, ...],
+    hostfile: Path,
+    discover_hosts: Path,
+    discover_exec: bool,
+    hosts_option: str | None,
+    include_self: bool,
+    check: str,
+    ssh_config: Path | None,
+    port: int | None,
+    user: str | None,
+    identity_files: tuple[Path, ...],
+    remote_command: str | None,
+    timeout: float,
+    connect_timeout: float | None,
+    retry_initial: float | None,
+    retry_max: float | None,
+    parallel: int,
+    probe_rate: float,
+    recheck_after: float,
+    dry_run: bool,
+    list_ready: bool,
+    log_format: str,
+    quiet: bool,
+    termination_log: Path,
+    launch_env: bool,
+) -> Settings:
     """Wait until every MPI worker accepts an SSH login, then exec COMMAND.
 
     Hosts come from the hostfile and discover_hosts.sh that mpi-operator mounts at /etc/mpi,
@@ -234,40 +279,46 @@ def command_line(ctx: click.Context, **params: object) -> Settings:
     COMMAND, exit 0 once all are ready (for an initContainer). With K_MPI_JOB_ROLE set to
     anything but "launcher", exec COMMAND at once.
     """
-    _check_together(ctx, params)
+    _check_retry_window(ctx, retry_initial, retry_max)
+    if list_ready and command:
+        raise click.UsageError(
+            "--list-ready takes no COMMAND (it prints hosts for horovodrun to read)", ctx
+        )
+    if list_ready and dry_run:
+        raise click.UsageError("--list-ready and --dry-run cannot be combined", ctx)
 
     def explicit(name: str) -> bool:
         return ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
 
     return Settings(
-        command=tuple(params["command"]),  # type: ignore[arg-type]
-        hostfile=params["hostfile"],  # type: ignore[arg-type]
+        command=tuple(command),
+        hostfile=hostfile,
         hostfile_explicit=explicit("hostfile"),
-        discover_hosts=params["discover_hosts"],  # type: ignore[arg-type]
+        discover_hosts=discover_hosts,
         discover_explicit=explicit("discover_hosts"),
-        discover_exec=bool(params["discover_exec"]),
-        hosts_option=params["hosts_option"],  # type: ignore[arg-type]
-        include_self=bool(params["include_self"]),
-        check=Check(params["check"]),
-        ssh_config=params["ssh_config"],  # type: ignore[arg-type]
-        port=params["port"],  # type: ignore[arg-type]
-        user=params["user"],  # type: ignore[arg-type]
-        identity_files=tuple(params["identity_files"]),  # type: ignore[arg-type]
-        remote_command=params["remote_command"],  # type: ignore[arg-type]
-        timeout=float(params["timeout"]),  # type: ignore[arg-type]
-        connect_timeout=params["connect_timeout"],  # type: ignore[arg-type]
-        retry_initial=params["retry_initial"],  # type: ignore[arg-type]
-        retry_max=params["retry_max"],  # type: ignore[arg-type]
-        parallel=int(params["parallel"]),  # type: ignore[call-overload]
-        probe_rate=float(params["probe_rate"]),  # type: ignore[arg-type]
-        recheck_after=float(params["recheck_after"]),  # type: ignore[arg-type]
-        dry_run=bool(params["dry_run"]),
-        list_ready=bool(params["list_ready"]),
-        log_format=LogFormat(params["log_format"]),
-        quiet=bool(params["quiet"]),
-        termination_log=params["termination_log"],  # type: ignore[arg-type]
+        discover_exec=discover_exec,
+        hosts_option=hosts_option,
+        include_self=include_self,
+        check=Check(check),
+        ssh_config=ssh_config,
+        port=port,
+        user=user,
+        identity_files=tuple(identity_files),
+        remote_command=remote_command,
+        timeout=float(timeout),
+        connect_timeout=connect_timeout,
+        retry_initial=retry_initial,
+        retry_max=retry_max,
+        parallel=parallel,
+        probe_rate=float(probe_rate),
+        recheck_after=float(recheck_after),
+        dry_run=dry_run,
+        list_ready=list_ready,
+        log_format=LogFormat(log_format),
+        quiet=quiet,
+        termination_log=termination_log,
         termination_log_explicit=explicit("termination_log"),
-        launch_env=bool(params["launch_env"]),
+        launch_env=launch_env,
     )
 
 
@@ -278,26 +329,83 @@ def _print_version(ctx: click.Context, value: bool) -> None:
 
     info = about.build_info()
     argv = ctx.obj if isinstance(ctx.obj, list) else []
-    text = about.version_json(info) if _asks_for_json(argv) else about.version_text(info)
+    as_json = _chosen_log_format(argv) is LogFormat.JSON
+    text = about.version_json(info) if as_json else about.version_text(info)
     click.echo(text, nl=False)
     ctx.exit()
 
 
-def _check_together(ctx: click.Context, params: dict[str, object]) -> None:
-    """Options each valid alone that cannot go together."""
-    retry_initial = params["retry_initial"] or DEFAULT_RETRY_INITIAL
-    retry_max = params["retry_max"] or DEFAULT_RETRY_MAX
-    if retry_max < retry_initial:  # type: ignore[operator]
+def _check_retry_window(
+    ctx: click.Context, retry_initial: float | None, retry_max: float | None
+) -> None:
+    """--retry-max below --retry-initial (either given, the other its default) is no window."""
+    initial = retry_initial or DEFAULT_RETRY_INITIAL
+    maximum = retry_max or DEFAULT_RETRY_MAX
+    if maximum < initial:
         raise click.BadParameter(
-            f"--retry-max ({retry_max:g}) is smaller than --retry-initial ({retry_initial:g})",
-            ctx,
+            f"--retry-max ({maximum:g}) is smaller than --retry-initial ({initial:g})", ctx
         )
-    if params["list_ready"] and params["command"]:
-        raise click.UsageError(
-            "--list-ready takes no COMMAND (it prints hosts for horovodrun to read)", ctx
-        )
-    if params["list_ready"] and params["dry_run"]:
-        raise click.UsageError("--list-ready and --dry-run cannot be combined", ctx)
+
+
+def resolve(settings: Settings) -> Run:
+    """The command line as the values each part of a run needs, every default applied here."""
+    if settings.list_ready:
+        mode = Mode.LIST_READY
+    else:
+        mode = Mode.DRY_RUN if settings.dry_run else Mode.WAIT
+    return Run(
+        mode=mode,
+        command=settings.command,
+        launch_env=settings.launch_env,
+        sources=SourceOptions(
+            hostfile=settings.hostfile,
+            hostfile_explicit=settings.hostfile_explicit,
+            discover=settings.discover_hosts,
+            discover_explicit=settings.discover_explicit,
+            discover_exec=settings.discover_exec,
+            hosts_option=settings.hosts_option,
+            include_self=settings.include_self,
+        ),
+        probe=ProbeOptions(
+            check=settings.check,
+            ssh_config=settings.ssh_config,
+            port=settings.port,
+            user=settings.user,
+            identity_files=settings.identity_files,
+            remote_command=settings.remote_command,
+            connect_timeout=settings.connect_timeout,
+        ),
+        wait=WaitPolicy(
+            timeout=settings.timeout,
+            budget=Budget(settings.parallel, settings.probe_rate),
+            retry=_retry_policy(settings),
+            reread_interval=SOURCE_REREAD_INTERVAL,
+            permanent_after=PERMANENT_FAILURES_BEFORE_EXIT,
+            status_interval=STATUS_INTERVAL,
+            recheck_after=settings.recheck_after or math.inf,  # 0: never
+        ),
+        output=OutputOptions(
+            log_format=settings.log_format,
+            quiet=settings.quiet,
+            termination_log=settings.termination_log,
+            create_termination_log=settings.termination_log_explicit,
+        ),
+    )
+
+
+def _retry_policy(settings: Settings) -> RetryPolicy:
+    """Neither --retry option: the budget-following schedule under the default envelope; either
+    given: full-jitter backoff over that window, the schedule these options always meant."""
+    return RetryPolicy(
+        initial=settings.retry_initial or DEFAULT_RETRY_INITIAL,
+        maximum=settings.retry_max or DEFAULT_RETRY_MAX,
+        floor_dns=RETRY_FLOOR_DNS,
+        floor_tcp=RETRY_FLOOR_TCP,
+        floor_ssh=RETRY_FLOOR_SSH,
+        grace=BACKOFF_GRACE,
+        doubling=BACKOFF_DOUBLING,
+        follow_budget=settings.retry_initial is None and settings.retry_max is None,
+    )
 
 
 def parse(argv: list[str]) -> Settings | int:
@@ -309,11 +417,11 @@ def parse(argv: list[str]) -> Settings | int:
         envvar = _bad_envvar(exc, argv)
         if envvar:
             message = f"{message} (from {envvar})"
-        if _asks_for_json(argv):
+        if _chosen_log_format(argv) is LogFormat.JSON:
             # A program reading the JSON lines must not meet one line of plain text.
-            from mpiwait.output.report import Reporter
+            from mpiwait.output.jsonl import JsonEvents
 
-            Reporter(LogFormat.JSON).error(message, "see mpiwait --help", exit_code=ExitCode.USAGE)
+            JsonEvents().error(message, "see mpiwait --help", exit_code=ExitCode.USAGE)
         else:
             sys.stderr.write(f"mpiwait: error: {message} (see mpiwait --help)\n")
         return ExitCode.USAGE
@@ -326,30 +434,12 @@ def parse(argv: list[str]) -> Settings | int:
     return int(result or 0)
 
 
-def _asks_for_json(argv: list[str]) -> bool:
-    """Whether the options (not COMMAND) choose --log-format json, by flag or environment.
-
-    Read from the words themselves, since the parse that failed may not have reached it.
-    """
-    takes_value = {
-        opt
-        for param in command_line.params
-        if isinstance(param, click.Option) and not param.is_flag and not param.count
-        for opt in param.opts
-    }
-    choice: str | None = None
-    words = iter(argv)
-    for word in words:
-        if word == "--" or not word.startswith("-") or word == "-":
-            break
-        name, equals, value = word.partition("=")
-        if name == "--log-format":
-            choice = value if equals else next(words, "")
-        elif not equals and word in takes_value:
-            next(words, None)
-    if choice is None:
-        choice = os.environ.get("MPIWAIT_LOG_FORMAT", "")
-    return choice == LogFormat.JSON.value
+def _chosen_log_format(argv: list[str]) -> LogFormat:
+    """The --log-format the options (not COMMAND) or MPIWAIT_LOG_FORMAT choose, also when the
+    parse failed: click's resilient parsing reads what it can and passes over the rest."""
+    with command_line.make_context("mpiwait", list(argv), resilient_parsing=True) as ctx:
+        chosen = ctx.params.get("log_format")
+    return LogFormat(chosen) if chosen else LogFormat.TEXT
 
 
 def _bad_envvar(exc: click.exceptions.UsageError, argv: list[str]) -> str | None:
@@ -387,13 +477,13 @@ def main(argv: list[str] | None = None) -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
+    run = resolve(parsed)
     try:
-        from mpiwait.modes.wait import run
-
-        status = run(parsed, os.environ)
+        status = run_mode(run, os.environ)
     except MpiwaitError as exc:
         status = int(exc.exit_code)
-        _one_line_error(parsed, exc.message, exc.hint, status)
+        _leave_termination_log(run, exc)
+        _one_line_error(run.output, exc.message, exc.hint, status)
     except Interrupted as exc:
         status = exc.exit_code
     except Exception as exc:  # a bug: one line, and the traceback only on request
@@ -401,7 +491,7 @@ def main(argv: list[str] | None = None) -> None:
             raise
         status = ExitCode.INTERNAL
         _one_line_error(
-            parsed,
+            run.output,
             f"internal error: {type(exc).__name__}: {exc}",
             "please report it; MPIWAIT_DEBUG=1 shows the traceback",
             status,
@@ -409,12 +499,41 @@ def main(argv: list[str] | None = None) -> None:
     _exit(int(status))
 
 
-def _one_line_error(settings: Settings, message: str, hint: str | None, status: int) -> None:
+def run_mode(run: Run, environ: Mapping[str, str]) -> int:
+    """The run's mode, by its one entry function; each is imported only when it runs."""
+    if run.mode is Mode.LIST_READY:
+        from mpiwait.modes.list_ready import list_ready
+
+        return list_ready(run, environ)
+    if run.mode is Mode.DRY_RUN:
+        from mpiwait.modes.dry_run import dry_run
+
+        return dry_run(run, environ)
+    from mpiwait.modes.wait import wait_and_exec
+
+    return wait_and_exec(run, environ)
+
+
+def _one_line_error(output: OutputOptions, message: str, hint: str | None, status: int) -> None:
     # Through the Reporter, so that with --log-format json an error (a bad key file, a COMMAND
     # that is not found, a malformed hostfile) is a JSON line like every other, not plain text.
     from mpiwait.output.report import Reporter
 
-    Reporter(settings.log_format).error(message, hint, exit_code=status)
+    Reporter(output.log_format).error(message, hint, exit_code=status)
+
+
+def _leave_termination_log(run: Run, exc: MpiwaitError) -> None:
+    """A failure found before or after the wait (an unusable key file, a COMMAND that is not
+    there, a malformed hostfile) ends the container just as a deadline does: Kubernetes shows
+    the reason in `kubectl describe pod` only if it is in the termination log. Not for
+    --list-ready: horovodrun runs it every second and reports its failures itself."""
+    if run.mode is Mode.LIST_READY:
+        return
+    from mpiwait.output.termination import write_termination_log
+
+    lines = [f"error: {exc.message}"] + ([f"hint: {exc.hint}"] if exc.hint else [])
+    output = run.output
+    write_termination_log(output.termination_log, lines, create=output.create_termination_log)
 
 
 def _exit(status: int) -> None:

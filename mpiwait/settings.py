@@ -9,6 +9,8 @@ import enum
 from dataclasses import dataclass
 from pathlib import Path
 
+from mpiwait.wait.policy import WaitPolicy
+
 
 class Check(str, enum.Enum):
     """How far a host must get before it counts as ready; each stage includes the ones before."""
@@ -91,6 +93,21 @@ DEFAULT_RECHECK_AFTER = 30.0
 # or an unreachable address is looked up again on the next attempt (the pod may have moved).
 REFUSED_ADDRESS_REUSE = 5.0
 
+# OpenSSH 9.8+ sshd charges a source address 1 s for each connection that ends before
+# authentication (PerSourcePenalties noauth:1), lets the charges run down in real time and
+# refuses the address once more than 15 s are outstanding (min:15). mpiwait keeps the same
+# account for the connections it closes before logging in (--check tcp, a handshake cut short)
+# and holds it at or below the budget: a burst of 5 at once, then one a second per host. A
+# third of the 15 s leaves the rest to other clients of the same address (docs/ssh-settings.md).
+NOAUTH_CHARGE = 1.0
+NOAUTH_BUDGET = 5.0
+
+# How long a connection that sshd accepted is watched for the line sshd writes when it turns
+# a connection away at once ("Not allowed at this time"); sshd sends that, or its banner,
+# within milliseconds of accepting. A server that sends nothing by then is left to the
+# handshake (or, for --check tcp, counts as accepting, as it always did).
+DROP_NOTICE_WAIT = 0.25
+
 # Probes in flight at once (and the burst the probe-rate budget allows at the start). The budget
 # below needs rate x latency in flight: 200/s x a login of 20-100 ms is 4-20; 32 leaves room
 # for slow hosts (a black-holed one holds its slot for the connect timeout). More only makes
@@ -156,7 +173,8 @@ DEFAULT_TERMINATION_LOG = Path("/dev/termination-log")
 
 @dataclass(frozen=True)
 class Settings:
-    """Everything one run needs, already validated (the CLI builds it; nothing else parses)."""
+    """The command line as given, validated (the CLI builds it; nothing else parses). The CLI
+    resolves it into a Run; nothing past the CLI reads it."""
 
     command: tuple[str, ...] = ()
     hostfile: Path | None = DEFAULT_HOSTFILE
@@ -188,3 +206,63 @@ class Settings:
     termination_log: Path | None = DEFAULT_TERMINATION_LOG
     termination_log_explicit: bool = False  # named by the user: created if it does not exist
     launch_env: bool = True  # hand the MPI launch what the wait learned (launch/handover.py)
+
+
+class Mode(str, enum.Enum):
+    WAIT = "wait"  # wait, then exec COMMAND or exit 0
+    LIST_READY = "list-ready"
+    DRY_RUN = "dry-run"
+
+
+@dataclass(frozen=True)
+class SourceOptions:
+    """Where hosts come from (hosts/sources.py)."""
+
+    hostfile: Path | None
+    hostfile_explicit: bool  # named by the user: missing is an error, not a skip
+    discover: Path | None
+    discover_explicit: bool
+    discover_exec: bool
+    hosts_option: str | None  # --hosts as given: when set, the files are not read
+    include_self: bool
+
+
+@dataclass(frozen=True)
+class ProbeOptions:
+    """What one attempt checks and how (probe/), and the overrides of ssh_config (openssh/)."""
+
+    check: Check = Check.SSH
+    ssh_config: Path | None = None  # -F: only this file, as with ssh -F
+    port: int | None = None  # -p: replaces the config's Port; None keeps it
+    user: str | None = None  # -l: replaces the config's User; None keeps it
+    identity_files: tuple[Path, ...] = ()  # -i: replace the config's and the defaults
+    remote_command: str | None = None
+    connect_timeout: float | None = None  # --connect-timeout; None: each host's ConnectTimeout
+
+    def timeout(self, configured: float | None) -> float:
+        """Seconds per stage: --connect-timeout, else ssh_config's ConnectTimeout for the host
+        (``configured``), else the default."""
+        if self.connect_timeout is not None:
+            return self.connect_timeout
+        return configured or DEFAULT_CONNECT_TIMEOUT
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    log_format: LogFormat
+    quiet: bool
+    termination_log: Path | None
+    create_termination_log: bool  # named by the user: created if it does not exist
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run, resolved: each part is what one consumer needs, every default applied."""
+
+    mode: Mode
+    command: tuple[str, ...]
+    launch_env: bool  # hand the MPI launch what the wait learned (launch/handover.py)
+    sources: SourceOptions
+    probe: ProbeOptions
+    wait: WaitPolicy  # its budget serves --list-ready too
+    output: OutputOptions

@@ -87,8 +87,8 @@ def _strict_failure(reason: object) -> str:
         reason = reason[2]
     return (
         f"strict mode ({STRICT}): skipped, but in CI nothing may be skipped: {reason}\n"
-        "Install what is missing (.ci/run does, as root) or, only where the skip means 'not "
-        "applicable', mark the test @pytest.mark.may_skip(reason)."
+        "Install what is missing ('sudo ./scripts/test' does, as .ci/run) or, only where the "
+        "skip means 'not applicable', mark the test @pytest.mark.may_skip(reason)."
     )
 
 
@@ -150,6 +150,13 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    seen = testbed.json_log_seen
+    if seen:
+        counts = ", ".join(f"{event} {n}" for event, n in sorted(seen.items()))
+        terminalreporter.write_line(
+            f"JSON log: {sum(seen.values())} records of mpiwait's runs fit "
+            f"docs/events.schema.json ({counts})"
+        )
     problems = terminalreporter.config.stash.get(_SESSION_PROBLEMS, [])
     if problems:
         terminalreporter.section("session problems (they fail the run)", sep="=", red=True)

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from mpiwait.errors import InputError
-from mpiwait.hosts.hostfile import show
+from mpiwait.hosts.hostfile import repr_cut
 from mpiwait.hosts.textfile import decode_text
 
 __all__ = ["run_discover"]
@@ -27,7 +27,7 @@ def _signal_name(number: int) -> str:
 
 def _last_line(data: bytes) -> str:
     lines = [line for line in data.decode("utf-8", "replace").splitlines() if line.strip()]
-    return show(lines[-1].strip()) if lines else ""
+    return repr_cut(lines[-1].strip()) if lines else ""
 
 
 def run_discover(path: Path, timeout: float) -> str:

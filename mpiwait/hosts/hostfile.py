@@ -19,13 +19,14 @@ from mpiwait.errors import InputError
 __all__ = [
     "MAX_SLOTS",
     "Host",
+    "count_hosts",
     "dedupe",
     "is_ip",
     "parse_discover_script",
     "parse_host_lines",
     "parse_hostfile",
     "parse_hosts_option",
-    "show",
+    "repr_cut",
     "split_ipv6",
     "validate_host",
 ]
@@ -35,7 +36,7 @@ __all__ = [
 MAX_SLOTS = 1_000_000
 
 # Long enough to recognise the line, short enough that the error stays one readable line.
-_SHOW_LIMIT = 80
+_CUT_LIMIT = 80
 
 _BOM = "\ufeff"
 
@@ -86,13 +87,14 @@ class Host:
     name: str  # as written, IPv6 without brackets
     slots: int | None  # None when the source gives none
     source: str  # "PATH:LINENO", "PATH (exec):LINENO" or "--hosts"
+    is_self: bool = False  # names this machine (decided once, when the sources are read)
 
 
 class _Problem(Exception):
     """What is wrong with one item; the caller adds where it was found."""
 
 
-def show(text: str, limit: int = _SHOW_LIMIT) -> str:
+def repr_cut(text: str, limit: int = _CUT_LIMIT) -> str:
     """``text`` repr'd (so control characters are visible) and cut to about ``limit``."""
     if len(text) > limit:
         text = text[: limit - 3] + "..."
@@ -135,26 +137,28 @@ def _name_problem(name: str) -> str | None:
     if bad is not None:
         char = bad.group()
         if char == ":":
-            return f"{show(name, 60)} is not a valid IPv6 address or host name"
+            return f"{repr_cut(name, 60)} is not a valid IPv6 address or host name"
         if char == "@":
             return (
-                f"host name {show(name, 60)} contains '@' "
+                f"host name {repr_cut(name, 60)} contains '@' "
                 "(give the user with --user or in ssh_config)"
             )
-        return f"host name {show(name, 60)} contains {char!r}"
+        return f"host name {repr_cut(name, 60)} contains {char!r}"
     dotless = name[:-1] if name.endswith(".") else name
     if len(dotless) > 253:
-        return f"host name {show(name, 60)} is longer than 253 characters"
+        return f"host name {repr_cut(name, 60)} is longer than 253 characters"
     labels = dotless.split(".")
     for label in labels:
         if not label:
-            return f"host name {show(name, 60)} has an empty label"
+            return f"host name {repr_cut(name, 60)} has an empty label"
         if len(label) > 63:
-            return f"host name {show(name, 60)} has a label longer than 63 characters"
+            return f"host name {repr_cut(name, 60)} has a label longer than 63 characters"
         if _LABEL.fullmatch(label) is None:
-            return f"host name {show(name, 60)} has a label that starts or ends with '-'"
+            return f"host name {repr_cut(name, 60)} has a label that starts or ends with '-'"
     if _NUMERIC_LABEL.fullmatch(labels[-1]) is not None:
-        return f"{show(name, 60)} is neither an IPv4 address nor a host name (numeric last label)"
+        return (
+            f"{repr_cut(name, 60)} is neither an IPv4 address nor a host name (numeric last label)"
+        )
     return None
 
 
@@ -178,7 +182,9 @@ def _parse_count(text: str, what: str, missing: str) -> int:
     else:
         value = int(text)
     if not 1 <= value <= MAX_SLOTS:
-        raise _Problem(f"{what} must be a whole number from 1 to {MAX_SLOTS}, not {show(text, 40)}")
+        raise _Problem(
+            f"{what} must be a whole number from 1 to {MAX_SLOTS}, not {repr_cut(text, 40)}"
+        )
     return value
 
 
@@ -190,11 +196,11 @@ def _parse_spec(token: str) -> tuple[str, int | None]:
             raise _Problem("'[' without a closing ']'")
         inside, rest = token[1:close], token[close + 1 :]
         if not _is_ipv6(inside):
-            raise _Problem(f"{show(inside, 60)} in brackets is not an IPv6 address")
+            raise _Problem(f"{repr_cut(inside, 60)} in brackets is not an IPv6 address")
         if not rest:
             return inside, None
         if not rest.startswith(":"):
-            raise _Problem(f"unexpected {show(rest, 40)} after ']'")
+            raise _Problem(f"unexpected {repr_cut(rest, 40)} after ']'")
         return inside, _parse_count(rest[1:], "slot count", _NO_COUNT_AFTER_COLON)
     # A whole token that is an IPv6 address has no slot count: "fe80::1:4" is an address.
     if _is_ipv6(token):
@@ -204,7 +210,7 @@ def _parse_spec(token: str) -> tuple[str, int | None]:
         return _check_name(token), None
     if ":" in name:
         raise _Problem(
-            f"{show(token, 60)} is not a valid IPv6 address "
+            f"{repr_cut(token, 60)} is not a valid IPv6 address "
             "(give an IPv6 address a slot count as [ADDRESS]:SLOTS)"
         )
     return _check_name(name), _parse_count(slots, "slot count", _NO_COUNT_AFTER_COLON)
@@ -216,7 +222,9 @@ def _parse_attributes(fields: list[str], slots: int | None) -> int | None:
     for item in fields:
         key, equals, value = item.partition("=")
         if not equals:
-            raise _Problem(f"unexpected {show(item, 40)} after the host name (expected slots=N)")
+            raise _Problem(
+                f"unexpected {repr_cut(item, 40)} after the host name (expected slots=N)"
+            )
         if key in _SLOT_KEYS:
             if slots is not None:
                 raise _Problem("the slot count is given twice")
@@ -227,7 +235,7 @@ def _parse_attributes(fields: list[str], slots: int | None) -> int | None:
             max_slots = _parse_count(value, key, f"missing value after '{key}='")
         else:
             raise _Problem(
-                f"unsupported attribute {show(key, 40)} (mpiwait understands slots=, count=, "
+                f"unsupported attribute {repr_cut(key, 40)} (mpiwait understands slots=, count=, "
                 "cpu= and max_slots=)"
             )
     if max_slots is not None and slots is not None and max_slots < slots:
@@ -248,7 +256,7 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
 
 
 def _error(source: str, lineno: int, problem: str, line: str) -> InputError:
-    return InputError(f"{source}:{lineno}: {problem}: {show(line)}")
+    return InputError(f"{source}:{lineno}: {problem}: {repr_cut(line)}")
 
 
 def _host_key(name: str) -> str:
@@ -316,7 +324,7 @@ def parse_discover_script(text: str, source: str) -> list[Host]:
             continue
         word = _echo_word(line)
         if word is None:
-            raise InputError(f"{source}:{lineno}: {show(line)} {_DISCOVER_SHAPE}")
+            raise InputError(f"{source}:{lineno}: {repr_cut(line)} {_DISCOVER_SHAPE}")
         try:
             name, slots = _parse_spec(word)
         except _Problem as problem:
@@ -352,8 +360,13 @@ def parse_hosts_option(value: str) -> list[Host]:
         try:
             name, slots = _parse_spec(item)
         except _Problem as problem:
-            raise InputError(f"--hosts: {problem}: {show(item)}") from None
+            raise InputError(f"--hosts: {problem}: {repr_cut(item)}") from None
         hosts.append(Host(name, slots, "--hosts"))
     if not hosts:
         raise InputError("--hosts: the list is empty")
     return dedupe(hosts)
+
+
+def count_hosts(count: int) -> str:
+    """``1 host``, ``3 hosts``: the one plural every message about hosts uses."""
+    return f"{count} host" if count == 1 else f"{count} hosts"

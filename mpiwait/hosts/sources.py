@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from mpiwait.errors import InputError
 from mpiwait.hosts.discover import run_discover
 from mpiwait.hosts.hostfile import (
     Host,
+    count_hosts,
     dedupe,
     parse_discover_script,
     parse_host_lines,
@@ -27,13 +28,9 @@ from mpiwait.hosts.hostfile import (
 )
 from mpiwait.hosts.selfname import SelfNames
 from mpiwait.hosts.textfile import read_optional_text_file
-from mpiwait.settings import DISCOVER_EXEC_TIMEOUT, Settings
+from mpiwait.settings import DISCOVER_EXEC_TIMEOUT, SourceOptions
 
-__all__ = ["Host", "HostSources", "SelfNames", "Snapshot", "rereader"]
-
-
-def _count(hosts: int) -> str:
-    return f"{hosts} host" if hosts == 1 else f"{hosts} hosts"
+__all__ = ["Host", "HostReader", "HostSources", "SelfNames", "Snapshot"]
 
 
 @dataclass(frozen=True)
@@ -41,13 +38,18 @@ class Snapshot:
     """What the sources said at one moment."""
 
     hosts: tuple[Host, ...]  # all sources, each host once (first wins), self removed
-    skipped_self: tuple[str, ...]  # names dropped because they are this machine
+    skipped_self: tuple[str, ...]  # names dropped because they are this machine (no login)
     sources: tuple[str, ...]  # e.g. "/etc/mpi/hostfile (4 hosts)"; absent defaults not listed
 
     @property
     def names(self) -> tuple[str, ...]:
         """The hosts' names in order, this machine's entries left out."""
         return tuple(host.name for host in self.hosts)
+
+    @property
+    def waited(self) -> tuple[str, ...]:
+        """Every name the wait waits for: this machine's entries too (their name must resolve)."""
+        return self.names + self.skipped_self
 
 
 @dataclass(frozen=True)
@@ -64,21 +66,35 @@ class HostSources:
     self_names: SelfNames
     exec_timeout: float = DISCOVER_EXEC_TIMEOUT
     # The texts last read and the snapshot they gave (the one mutable part, private to read()).
-    _last: dict = field(default_factory=dict, init=False, compare=False, repr=False)
+    _last: dict[tuple[str | None, ...], Snapshot] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     @classmethod
-    def from_settings(cls, settings: Settings, environ: Mapping[str, str]) -> HostSources:
+    def from_options(cls, options: SourceOptions, environ: Mapping[str, str]) -> HostSources:
         """The sources the options name (the wait and --list-ready read the same ones)."""
         return cls(
-            hostfile=settings.hostfile,
-            hostfile_explicit=settings.hostfile_explicit,
-            discover=settings.discover_hosts,
-            discover_explicit=settings.discover_explicit,
-            discover_exec=settings.discover_exec,
-            hosts_option=settings.hosts_option,
-            include_self=settings.include_self,
+            hostfile=options.hostfile,
+            hostfile_explicit=options.hostfile_explicit,
+            discover=options.discover,
+            discover_explicit=options.discover_explicit,
+            discover_exec=options.discover_exec,
+            hosts_option=options.hosts_option,
+            include_self=options.include_self,
             self_names=SelfNames.from_system(environ),
             exec_timeout=DISCOVER_EXEC_TIMEOUT,
+        )
+
+    def found_none(self, snapshot: Snapshot) -> bool:
+        """Whether ``snapshot`` found no source at all (no --hosts, no file)."""
+        return self.hosts_option is None and not snapshot.sources
+
+    def no_source_error(self, hint: str) -> InputError:
+        """The error when no source exists (``hint``: what to do, which differs by mode)."""
+        return InputError(
+            f"no host source: neither {self.hostfile} nor {self.discover} exists "
+            "and --hosts is not given",
+            hint=hint,
         )
 
     def read(self) -> Snapshot:
@@ -92,10 +108,11 @@ class HostSources:
             texts: tuple[str | None, ...] = (self.hosts_option,)
         else:
             texts = (self._hostfile_text(), self._discover_text())
-        if self._last.get("texts") == texts:
-            return self._last["snapshot"]
-        snapshot = self._parse(texts)
-        self._last.update(texts=texts, snapshot=snapshot)
+        snapshot = self._last.get(texts)
+        if snapshot is None:
+            snapshot = self._parse(texts)
+            self._last.clear()
+            self._last[texts] = snapshot
         return snapshot
 
     def _hostfile_text(self) -> str | None:
@@ -122,51 +139,77 @@ class HostSources:
         if self.hosts_option is not None:
             hosts = parse_hosts_option(self.hosts_option)
             found += hosts
-            sources.append(f"--hosts ({_count(len(hosts))})")
+            sources.append(f"--hosts ({count_hosts(len(hosts))})")
         else:
             hostfile_text, discover_text = texts
             if hostfile_text is not None:
                 hosts = parse_hostfile(hostfile_text, str(self.hostfile))
                 found += hosts
-                sources.append(f"{self.hostfile} ({_count(len(hosts))})")
+                sources.append(f"{self.hostfile} ({count_hosts(len(hosts))})")
             if discover_text is not None:
                 if self.discover_exec:
                     hosts = parse_host_lines(discover_text, f"{self.discover} (exec)")
-                    sources.append(f"{self.discover} (exec, {_count(len(hosts))})")
+                    sources.append(f"{self.discover} (exec, {count_hosts(len(hosts))})")
                 else:
                     hosts = parse_discover_script(discover_text, str(self.discover))
-                    sources.append(f"{self.discover} ({_count(len(hosts))})")
+                    sources.append(f"{self.discover} ({count_hosts(len(hosts))})")
                 found += hosts
         kept: list[Host] = []
         skipped: list[str] = []
         for host in dedupe(found):
-            if not self.include_self and self.self_names.is_self(host.name):
-                skipped.append(host.name)
-            else:
-                kept.append(host)
+            if self.self_names.is_self(host.name):
+                host = replace(host, is_self=True)
+                if not self.include_self:
+                    skipped.append(host.name)
+                    continue
+            kept.append(host)
         return Snapshot(tuple(kept), tuple(skipped), tuple(sources))
 
 
-def rereader(
-    sources: HostSources, first: tuple[str, ...], warn: Callable[[str], None]
-) -> Callable[[], tuple[tuple[str, ...], tuple[str, ...]]]:
+class HostReader:
     """The waiting loop's once-a-second ``sources.read()``: (every name, this machine's
-    included, and the sources' descriptions), tolerant of passing failures."""
-    last: list[tuple[tuple[str, ...], tuple[str, ...]]] = [(first, ())]
-    reported: set[str] = set()
+    included, and the sources' descriptions), tolerant of passing failures. It remembers which
+    names are this machine, as the sources decided, for the attempts and the launch."""
 
-    def read_hosts() -> tuple[tuple[str, ...], tuple[str, ...]]:
+    def __init__(self, sources: HostSources, first: Snapshot, warn: Callable[[str], None]):
+        self._sources = sources
+        self._warn = warn
+        self._reported: set[str] = set()
+        self._last: tuple[tuple[str, ...], tuple[str, ...]] = (first.waited, first.sources)
+        self._noted: Snapshot | None = None
+        # Both only grow, in the loop's thread, before the loop learns of a name: an attempt
+        # (on a probe thread) always finds its host's entry.
+        self._self: set[str] = set()
+        self._no_login: set[str] = set()
+        self._note(first)
+
+    def _note(self, snapshot: Snapshot) -> None:
+        if snapshot is self._noted:  # the sources read as last time (they cache their parse)
+            return
+        self._noted = snapshot
+        self._self.update(host.name for host in snapshot.hosts if host.is_self)
+        self._self.update(snapshot.skipped_self)
+        self._no_login.update(snapshot.skipped_self)
+
+    def is_self(self, name: str) -> bool:
+        """Whether the sources found that ``name`` is this machine."""
+        return name in self._self
+
+    def skips_login(self, name: str) -> bool:
+        """This machine's entry, not put through the full check (no --include-self)."""
+        return name in self._no_login
+
+    def __call__(self) -> tuple[tuple[str, ...], tuple[str, ...]]:
         try:
-            snapshot = sources.read()
+            snapshot = self._sources.read()
         except InputError as exc:
             # The sources read fine at the start; a discover script that failed once or a
             # file caught mid-rewrite must not end a wait that is going well. Keep the last
             # good list (hosts once listed stay waited for anyway) and try again next time.
-            if exc.message not in reported:
-                reported.add(exc.message)
-                warn(f"warning: keeping the hosts read before: {exc.message}")
-            return last[0]
-        last[0] = (snapshot.names + snapshot.skipped_self, snapshot.sources)
-        return last[0]
-
-    return read_hosts
+            if exc.message not in self._reported:
+                self._reported.add(exc.message)
+                self._warn(f"warning: keeping the hosts read before: {exc.message}")
+            return self._last
+        self._note(snapshot)
+        self._last = (snapshot.waited, snapshot.sources)
+        return self._last

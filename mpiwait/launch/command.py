@@ -12,22 +12,9 @@ from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
 from mpiwait.errors import ExitCode, LaunchError
+from mpiwait.launch.launchers import launcher
 
 ROLE_VARIABLE = "K_MPI_JOB_ROLE"
-# Commands that start remote processes over ssh unless told otherwise.
-MPI_LAUNCHERS = frozenset(
-    {
-        "mpirun",
-        "mpiexec",
-        "mpiexec.hydra",
-        "mpiexec.mpich",
-        "mpiexec.openmpi",
-        "orterun",
-        "prterun",
-        "horovodrun",
-        "deepspeed",
-    }
-)
 
 
 def worker_role(environ: Mapping[str, str]) -> str | None:
@@ -84,11 +71,6 @@ _LAUNCHER_VARIABLES = ("HYDRA_LAUNCHER", "HYDRA_BOOTSTRAP", "I_MPI_HYDRA_BOOTSTR
 _SCHEDULER_VARIABLES = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID", "COBALT_JOBID")
 
 
-def _is_ssh_launcher(name: str) -> bool:
-    """Launchers that start workers over ssh by default (Open MPI, hydra, Horovod)."""
-    return name in {"mpirun", "orterun", "prterun", "horovodrun"} or name.startswith("mpiexec")
-
-
 def _configured_agent(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[str, str] | None:
     """(agent command line, where it was set) when the user chose another remote agent;
     ("", where) when they chose a launcher that needs none."""
@@ -126,7 +108,8 @@ def check_remote_agent(
     instead where it cannot be sure (deepspeed, a batch scheduler's allocation), else None.
     """
     name = os.path.basename(argv[0])
-    if name not in MPI_LAUNCHERS and not _is_ssh_launcher(name):
+    kind = launcher(name)
+    if kind is None:
         return None
     uid = os.getuid() if uid is None else uid
     agent = _configured_agent(argv, environ)
@@ -135,10 +118,10 @@ def check_remote_agent(
         return None
     scheduler = any(environ.get(v) for v in _SCHEDULER_VARIABLES)
     if shutil.which("ssh", path=path) is not None:
-        if _is_ssh_launcher(name) and not scheduler:
+        if kind.ssh and not scheduler:
             _check_ssh_runs_as(uid, name)
         return None
-    if not _is_ssh_launcher(name) or scheduler:
+    if not kind.ssh or scheduler:
         return f"no ssh client on PATH; {name} may need one to reach the workers"
     raise LaunchError(
         f"{name} needs an ssh client to start processes on the workers, and there is no ssh "
@@ -193,8 +176,7 @@ def _check_ssh_runs_as(uid: int, launcher: str) -> None:
 
 def is_mpi_launcher(command: str) -> bool:
     """Whether ``command`` starts an MPI job (mpirun, mpiexec*, horovodrun, deepspeed, ...)."""
-    name = os.path.basename(command)
-    return name in MPI_LAUNCHERS or _is_ssh_launcher(name)
+    return launcher(command) is not None
 
 
 def exec_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -> NoReturn:

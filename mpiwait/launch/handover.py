@@ -1,10 +1,12 @@
-"""What the wait learned, handed to the MPI launch: which MPI COMMAND starts, and the
-environment changes that make its launch work where the operators' settings alone do not.
+"""What the wait learned, handed to the MPI launch: which MPI COMMAND starts (itself, or as a
+wrapper: a shell, a script, horovodrun), and the environment changes that make its launch work
+where the operators' settings alone do not. Each change is a variable only that MPI reads, so
+COMMAND and whatever it starts before the MPI inherit it harmlessly.
 
 Pure decisions on argv, the environment and a few file names: nothing here starts a process
 or touches the network (recognising the launch is a handful of stat calls, well under a
 millisecond), so it runs on every start without adding to it. The facts behind each change
-are in the README, "What mpiwait hands the launch":
+are in docs/launch-handover.md:
 
 - hydra (Intel MPI, MPICH) proxies call back to the launcher by its host name, which workers
   cannot resolve until the launcher pod is Ready; an interface (``I_MPI_HYDRA_IFACE`` /
@@ -25,6 +27,8 @@ import shutil
 from collections.abc import Iterable, Mapping, Sequence
 from typing import NamedTuple
 
+from mpiwait.launch.launchers import ON_PATH, launcher, starts_no_mpi
+
 
 class Mpi(str, enum.Enum):
     OPENMPI4 = "Open MPI 4"
@@ -42,12 +46,6 @@ class Mpi(str, enum.Enum):
         return self in (Mpi.OPENMPI5, Mpi.OPENMPI)
 
 
-# The launcher names of the MPIs the operators run (horovodrun and deepspeed start one of these
-# themselves, with arguments of their own: they are left as they are).
-LAUNCHER_NAMES = frozenset(
-    {"mpirun", "mpiexec", "mpiexec.hydra", "mpiexec.mpich", "mpiexec.openmpi", "orterun", "prterun"}
-)
-
 # Files an installation keeps next to its launcher, one set per MPI.
 _PRRTE_FILES = ("prterun", "prte", "prted")  # Open MPI 5 runs its jobs through PRRTE
 _ORTE_FILES = ("orted", "orterun")  # Open MPI 4 and older
@@ -64,11 +62,14 @@ class Launch(NamedTuple):
     """The MPI that COMMAND starts, and why mpiwait thinks so."""
 
     mpi: Mpi
-    launcher: str  # argv[0] as given
+    launcher: str  # argv[0] as given; for a wrapper, the launcher's name
     path: str  # where it was found
     evidence: str  # for the start line, e.g. "prterun next to it"
+    via: str = ""  # the wrapper COMMAND is (bash, python3, horovodrun), if it is not the launcher
 
     def describe(self) -> str:
+        if self.via:
+            return f"{self.mpi.value} via {self.via} ({self.evidence})"
         return f"{self.mpi.value} ({self.launcher}: {self.evidence})"
 
 
@@ -76,22 +77,55 @@ def recognise(
     argv: Sequence[str], environ: Mapping[str, str], path: str | None = None
 ) -> Launch | None:
     """The MPI ``argv`` launches, from its name, where it is installed and what lies beside it;
-    None for a command that is no MPI launcher, or one whose MPI cannot be told."""
+    for a wrapper (a shell, a script, horovodrun), the MPI of the first ``mpirun``/``mpiexec``
+    on its PATH, else of Intel MPI's under ``I_MPI_ROOT``. None when no MPI is found, its MPI
+    cannot be told, or the wrapper's arguments say it starts none (deepspeed's pdsh)."""
     if not argv:
         return None
-    name = os.path.basename(argv[0])
-    if name not in LAUNCHER_NAMES:
-        return None
     search = path if path is not None else environ.get("PATH", os.defpath)
-    found = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=search)
-    if not found:
+    own = launcher(argv[0])
+    if own is not None and own.own:
+        found = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=search)
+        return _recognise_at(argv[0], found, environ, search) if found else None
+    if starts_no_mpi(argv):
         return None
+    wrapped = _launcher_on_path(search, environ)
+    if wrapped is None:
+        return None
+    found, where = wrapped
+    launch = _recognise_at(os.path.basename(found), found, environ, search)
+    if launch is None:
+        return None
+    evidence = f"{launch.launcher} {where}: {found}, {launch.evidence}"
+    return launch._replace(evidence=evidence, via=os.path.basename(argv[0]))
+
+
+def _launcher_on_path(search: str, environ: Mapping[str, str]) -> tuple[str, str] | None:
+    """(path, how found) of the launcher a wrapper would run: the first of ON_PATH in PATH's
+    order, else Intel MPI's mpirun under I_MPI_ROOT (an image whose script sources setvars.sh)."""
+    for directory in search.split(os.pathsep):
+        for name in ON_PATH:
+            candidate = os.path.join(directory or ".", name)
+            if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+                return candidate, "on PATH"
+    root = environ.get("I_MPI_ROOT", "")
+    candidate = os.path.join(root, "bin", "mpirun")
+    if root and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+        return candidate, "under I_MPI_ROOT"
+    return None
+
+
+def _recognise_at(
+    launcher_name: str, found: str, environ: Mapping[str, str], search: str
+) -> Launch | None:
+    """The MPI of the launcher ``launcher_name`` (argv[0] as given) found at ``found``."""
+    name = os.path.basename(launcher_name)
     real = os.path.realpath(found)
     real_name = os.path.basename(real)
     dirs = list(dict.fromkeys([os.path.dirname(os.path.abspath(found)), os.path.dirname(real)]))
 
     def launch(mpi: Mpi, evidence: str) -> Launch:
-        return Launch(mpi, argv[0], found, evidence)
+        return Launch(mpi, launcher_name, found, evidence)
 
     # The name itself, or what a symlink chain (Debian's alternatives) ends in.
     for label in dict.fromkeys([name, real_name]):
@@ -198,9 +232,9 @@ def _iface_chosen(argv: Sequence[str], environ: Mapping[str, str]) -> str | None
     for name in IFACE_VARIABLES:
         if environ.get(name, "").strip():
             return name
-    for arg in argv[1:]:
-        if arg in _IFACE_FLAGS or arg.startswith(tuple(f + "=" for f in _IFACE_FLAGS)):
-            return arg.partition("=")[0]
+    for word in (w for arg in argv[1:] for w in arg.split()):  # words: `bash -c 'mpirun ...'`
+        if word in _IFACE_FLAGS or word.startswith(tuple(f + "=" for f in _IFACE_FLAGS)):
+            return word.partition("=")[0]
     return None
 
 

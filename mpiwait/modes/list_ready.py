@@ -18,57 +18,46 @@ a few logins a call, and no paramiko import at all on the calls where no login i
 from __future__ import annotations
 
 import os
-import pwd
-import queue
 import sys
-import threading
-import time
-from collections import deque
-from collections.abc import Callable, Mapping
-from typing import TextIO, TypeVar
+from collections.abc import Mapping
+from typing import TextIO
 
-from mpiwait.errors import InputError
 from mpiwait.hosts.sources import Host, HostSources, Snapshot
 from mpiwait.modes import readycache
+from mpiwait.openssh.localuser import LocalUser
 from mpiwait.output.report import Reporter
-from mpiwait.probe.lookup import LookupTimeout, Resolver, ResolverBusy, lookup_pool
+from mpiwait.probe.lookup import LookupPool, LookupTimeout, ResolverBusy, lookup_pool
 from mpiwait.probe.outcome import Outcome, Stage, Status
-from mpiwait.settings import (
-    DEFAULT_CONNECT_TIMEOUT,
-    LIST_READY_RECHECK,
-    Settings,
-)
+from mpiwait.settings import LIST_READY_RECHECK, ProbeOptions, Run
+from mpiwait.wait.runner import run_all
 
-T = TypeVar("T")
+NO_SOURCE_HINT = "mount the mpi-job-config volume at /etc/mpi, or pass --hostfile / --hosts"
 
 
-def list_ready(settings: Settings, environ: Mapping[str, str], out: TextIO | None = None) -> int:
+def list_ready(run: Run, environ: Mapping[str, str], out: TextIO | None = None) -> int:
     """Print the ready hosts and return 0; raise MpiwaitError for bad input."""
     out = out if out is not None else sys.stdout
-    reporter = Reporter(settings.log_format, settings.quiet)
-    sources = HostSources.from_settings(settings, environ)
+    reporter = Reporter(run.output.log_format, run.output.quiet)
+    sources = HostSources.from_options(run.sources, environ)
     snapshot = sources.read()
-    if settings.hosts_option is None and not snapshot.sources:
-        raise InputError(
-            f"no host source: neither {settings.hostfile} nor {settings.discover_hosts} exists "
-            "and --hosts is not given",
-            hint="mount the mpi-job-config volume at /etc/mpi, or pass --hostfile / --hosts",
-        )
+    if sources.found_none(snapshot):
+        raise sources.no_source_error(NO_SOURCE_HINT)
     listed = _listable(snapshot, reporter)
     if not listed:
         _print(out, _self_hosts(snapshot))
         return 0
 
-    timeout = settings.connect_timeout or DEFAULT_CONNECT_TIMEOUT
-    lookups = lookup_pool(settings.parallel)
+    lookups = lookup_pool(run.wait.budget.parallel)
     cache = readycache.ReadyCache.at(
-        readycache.cache_dir(environ), _settings_key(settings, environ), LIST_READY_RECHECK
+        readycache.cache_dir(environ),
+        _settings_key(run.probe, LocalUser.current(environ).home),
+        LIST_READY_RECHECK,
     )
-    keep = _still_ready(cache, listed, lookups, settings, timeout)
+    keep = _still_ready(cache, listed, lookups, run)
     to_probe = [h.name for h in listed if h.name not in keep]
     outcomes: dict[str, tuple[Outcome, readycache.Entry | None]] = {}
     if to_probe:
-        outcomes = _probe(settings, lookups, to_probe)
+        outcomes = _probe(run, lookups, to_probe, readycache.cache_dir(environ))
 
     ready = _ready(listed, keep, outcomes, reporter)  # adds this call's passes to keep
     cache.save(keep)
@@ -77,11 +66,7 @@ def list_ready(settings: Settings, environ: Mapping[str, str], out: TextIO | Non
 
 
 def _still_ready(
-    cache: readycache.ReadyCache,
-    listed: list[Host],
-    lookups: Resolver,
-    settings: Settings,
-    timeout: float,
+    cache: readycache.ReadyCache, listed: list[Host], lookups: LookupPool, run: Run
 ) -> dict[str, readycache.Entry]:
     """The hosts that passed recently enough to be listed without a login: between logins a
     host stays listed while its name resolves as it did when it passed."""
@@ -92,12 +77,20 @@ def _still_ready(
         for h in listed
         if cache.fresh(remembered.get(h.name), h.name, now)
     }
+    timeout = run.probe.timeout(None)
 
     def unchanged(name: str) -> bool:
         entry = recent[name]
         return _addresses(lookups, entry.address, entry.port, timeout) == entry.addresses
 
-    same = _run_all(unchanged, list(recent), settings, timeout)
+    same = run_all(
+        unchanged,
+        list(recent),
+        parallel=run.wait.budget.parallel,
+        rate=run.wait.budget.rate,
+        budget=timeout,
+        on_error=lambda _exc: False,
+    )
     return {name: recent[name] for name, ok in same.items() if ok}
 
 
@@ -138,33 +131,41 @@ def _ready(
 
 
 def _probe(
-    settings: Settings, lookups: Resolver, hosts: list[str]
+    run: Run, lookups: LookupPool, hosts: list[str], directory: str | None
 ) -> dict[str, tuple[Outcome, readycache.Entry | None]]:
-    """One full attempt at each host, as the wait makes it; for a pass, what it resolved to."""
+    """One full attempt at each host, as the wait makes it; for a pass, what it resolved to.
+    ``directory``: where connect-only attempts take their turns (probe/pace.py)."""
     from mpiwait.probe.attempt import prober_for
+    from mpiwait.probe.pace import Pacer
 
-    prober = prober_for(settings, lookups)
+    _, prober = prober_for(run.probe, lookups, Pacer(directory))
     prober.preflight(tuple(hosts))  # an unusable key file: exit 3, as for the wait
 
     def attempt(name: str) -> tuple[Outcome, readycache.Entry | None]:
-        try:
-            outcome = prober.attempt(name)
-        except Exception as exc:  # a probe bug must not fail Horovod's discovery
-            return Outcome(Status.RETRY, Stage.SSH, "unexpected", str(exc)), None
-        if outcome.status is not Status.READY:
+        outcome = prober.attempt(name)
+        reached = outcome.reached
+        if outcome.status is not Status.READY or reached is None:
             return outcome, None
-        target = prober.target(name)
-        found = _addresses(lookups, target.address, target.port, prober.timeout_for(target))
-        if found is None:
-            return outcome, None
-        return outcome, readycache.Entry(readycache.now(), target.address, target.port, found)
+        entry = readycache.Entry(readycache.now(), reached.address, reached.port, reached.addresses)
+        return outcome, entry
+
+    def unexpected(exc: Exception) -> tuple[Outcome, readycache.Entry | None]:
+        # A probe bug must not fail Horovod's discovery.
+        return Outcome(Status.RETRY, Stage.SSH, "unexpected", str(exc)), None
 
     budget = max(prober.timeout_for(prober.target(h)) for h in hosts)
-    return _run_all(attempt, hosts, settings, budget)
+    return run_all(
+        attempt,
+        hosts,
+        parallel=run.wait.budget.parallel,
+        rate=run.wait.budget.rate,
+        budget=budget,
+        on_error=unexpected,
+    )
 
 
 def _addresses(
-    lookups: Resolver, address: str, port: int, timeout: float
+    lookups: LookupPool, address: str, port: int, timeout: float
 ) -> tuple[str, ...] | None:
     try:
         infos = lookups.resolve(address, port, timeout)
@@ -173,19 +174,11 @@ def _addresses(
     return tuple(sorted({info[4][0] for info in infos}))
 
 
-def _home(environ: Mapping[str, str]) -> str:
-    # As ssh finds it: the passwd entry, else $HOME (an arbitrary uid without one).
-    try:
-        return pwd.getpwuid(os.getuid()).pw_dir
-    except KeyError:
-        return environ.get("HOME", "/")
-
-
-def _settings_key(settings: Settings, environ: Mapping[str, str]) -> str:
-    """Everything a pass depends on besides the host: options, and the files ssh would read."""
-    home = _home(environ)
-    if settings.ssh_config is not None:
-        configs = [str(settings.ssh_config)]
+def _settings_key(probe: ProbeOptions, home: str) -> str:
+    """Everything a pass depends on besides the host: options, and the files ssh would read
+    (``home``: the local user's, as ssh finds it)."""
+    if probe.ssh_config is not None:
+        configs = [str(probe.ssh_config)]
     else:
         configs = [f"{home}/.ssh/config", "/etc/ssh/ssh_config", "/etc/ssh/ssh_config.d"]
     # The keys in ~/.ssh, but not known_hosts: ssh adds to it whenever horovodrun reaches a new
@@ -198,14 +191,14 @@ def _settings_key(settings: Settings, environ: Mapping[str, str]) -> str:
         ]
     except OSError:
         own = []
-    files = [*configs, *(str(p) for p in settings.identity_files), *own]
+    files = [*configs, *(str(p) for p in probe.identity_files), *own]
     return readycache.fingerprint(
         [
-            settings.check.value,
-            settings.port,
-            settings.user,
-            settings.remote_command,
-            settings.connect_timeout,
+            probe.check.value,
+            probe.port,
+            probe.user,
+            probe.remote_command,
+            probe.connect_timeout,
             *readycache.file_signatures(files),
         ]
     )
@@ -220,73 +213,3 @@ def _self_hosts(snapshot: Snapshot) -> list[Host]:
 def _print(out: TextIO, hosts: list[Host]) -> None:
     out.write("".join(f"{h.name}:{h.slots}\n" if h.slots else f"{h.name}\n" for h in hosts))
     out.flush()
-
-
-def _run_all(
-    fn: Callable[[str], T], hosts: list[str], settings: Settings, budget: float
-) -> dict[str, T]:
-    """``fn`` of each host, ``--parallel`` at a time and at most ``--probe-rate`` started in any
-    second; whatever has not finished within ``budget`` seconds is left out this time."""
-    if not hosts:
-        return {}
-    deadline = time.monotonic() + budget
-    jobs: queue.SimpleQueue[str] = queue.SimpleQueue()
-    done: queue.SimpleQueue[tuple[str, T]] = queue.SimpleQueue()
-
-    def work() -> None:
-        while True:
-            host = jobs.get()
-            done.put((host, fn(host)))
-
-    for _ in range(min(settings.parallel, len(hosts))):
-        # Daemon threads: one stuck in a connect must not keep the process alive after the
-        # budget (the CLI leaves with os._exit anyway).
-        threading.Thread(target=work, name="mpiwait-list", daemon=True).start()
-    window = _StartWindow(settings.probe_rate)
-    results: dict[str, T] = {}
-    started = 0
-    while len(results) < len(hosts):
-        now = time.monotonic()
-        if now >= deadline:
-            break
-        while started < len(hosts) and window.take(now):
-            jobs.put(hosts[started])
-            started += 1
-        wait = deadline - now
-        if started < len(hosts):
-            wait = min(wait, window.next_free() - now)
-        try:
-            host, result = done.get(timeout=max(wait, 0.001))
-        except queue.Empty:
-            continue
-        results[host] = result
-    return results
-
-
-class _StartWindow:
-    """At most ``rate`` starts in any second, as README promises for --probe-rate.
-
-    A sliding window rather than the wait's token bucket (a burst, then a steady rate): Horovod
-    calls every second, and 64 known hosts re-checked at once are 64 starts in that second,
-    within the budget; a bucket of 32 would spread them over 160 ms of every call for nothing.
-    A rate under 1/s allows one start per 1/rate seconds.
-    """
-
-    def __init__(self, rate: float) -> None:
-        self._limit = max(1, int(rate)) if rate > 0 else 0
-        self._span = self._limit / rate if rate > 0 else 0.0
-        self._starts: deque[float] = deque()
-
-    def take(self, now: float) -> bool:
-        if not self._limit:
-            return True
-        while self._starts and self._starts[0] <= now - self._span:
-            self._starts.popleft()
-        if len(self._starts) >= self._limit:
-            return False
-        self._starts.append(now)
-        return True
-
-    def next_free(self) -> float:
-        """When ``take`` can next succeed (after a refusal)."""
-        return self._starts[0] + self._span if self._starts else 0.0

@@ -189,11 +189,12 @@ class ReadyCache:
 
 
 def _prune(directory: str, keep: str) -> None:
-    """Remove this directory's abandoned files (ours alone: the directory is 0700 and ours)."""
+    """Remove this directory's abandoned files (ours alone: the directory is 0700 and ours),
+    --check tcp's accounts (probe/pace.py) among them: idle that long, they hold nothing."""
     horizon = time.time() - _ABANDONED_AFTER
     with contextlib.suppress(OSError), os.scandir(directory) as entries:
         for entry in entries:
-            if entry.path == keep or not entry.name.startswith(("ready-", ".ready-")):
+            if entry.path == keep or not entry.name.startswith(("ready-", ".ready-", "pace-")):
                 continue
             with contextlib.suppress(OSError):
                 if entry.stat(follow_symlinks=False).st_mtime < horizon:

@@ -26,10 +26,12 @@ from mpiwait.openssh.evaluate import (
     Local,
     Options,
     Root,
+    Tokens,
     ascii_lower,
     connection_tokens,
     percent_expand,
 )
+from mpiwait.openssh.localuser import LocalUser
 from mpiwait.openssh.syntax import parse_time
 
 DEFAULT_PORT = 22
@@ -79,28 +81,6 @@ class SSHTarget:
         return self.address, self.port
 
 
-@dataclass(frozen=True)
-class LocalUser:
-    """The local account as ssh sees it: its passwd entry, not $HOME or $USER."""
-
-    name: str
-    home: str
-    # False for a uid with no passwd entry (OpenShift's arbitrary uids without nss_wrapper):
-    # ssh itself then exits with "No user exists for uid N", so mpirun cannot work either.
-    in_passwd: bool = True
-
-    @classmethod
-    def current(cls, environ: Mapping[str, str] | None = None) -> LocalUser:
-        env = os.environ if environ is None else environ
-        uid = os.getuid()
-        try:
-            entry = pwd.getpwuid(uid)
-        except KeyError:
-            name = env.get("USER") or env.get("LOGNAME") or str(uid)
-            return cls(name=name, home=env.get("HOME") or "/", in_passwd=False)
-        return cls(name=entry.pw_name, home=entry.pw_dir or "/")
-
-
 def _config_roots(
     config_path: Path | None, user_config: Path | None, system_config: Path, home: str
 ) -> tuple[Root, ...]:
@@ -119,7 +99,7 @@ def _config_roots(
     return (Root(str(config_path), user_scope=True, check_perms=False, required=True),)
 
 
-class SSHResolver:
+class SSHConfig:
     """Reads the ssh config files once; then resolves any number of hosts cheaply."""
 
     def __init__(
@@ -223,7 +203,7 @@ class SSHResolver:
         )
 
     def _identity_files(
-        self, opts: Options, tokens: Mapping, host: str
+        self, opts: Options, tokens: Tokens, host: str
     ) -> tuple[tuple[str, ...], bool]:
         """The key files ssh will try, expanded, and whether missing ones are skipped (ssh's
         defaults and the config's) rather than an error (named with -i)."""
@@ -250,7 +230,7 @@ class SSHResolver:
         )
         return identities, identities_default
 
-    def _known_hosts_files(self, opts: Options, tokens: Mapping, host: str) -> tuple[str, ...]:
+    def _known_hosts_files(self, opts: Options, tokens: Tokens, host: str) -> tuple[str, ...]:
         """The user's known_hosts files (expanded) then the global ones, "none" left out."""
         user_files = opts.user_known_hosts or list(DEFAULT_USER_KNOWN_HOSTS)
         # ssh expands neither ~ nor %-tokens in GlobalKnownHostsFile.
@@ -290,7 +270,7 @@ class SSHResolver:
                     break
         return tuple(notes)
 
-    def _expand_path(self, value: str, tokens: Mapping, host: str, what: str) -> str:
+    def _expand_path(self, value: str, tokens: Tokens, host: str, what: str) -> str:
         # As ssh: ~ first (from passwd), then ${VAR} and %-tokens; a failure makes ssh exit.
         try:
             return percent_expand(
@@ -318,10 +298,10 @@ def _refuse_unfollowed(opts: Options, host: str) -> None:
             hint="limit CertificateFile to other hosts, or use plain keys for the workers",
         )
     for keyword in ("pkcs11provider", "smartcarddevice"):
-        line = opts.where.get(keyword)
-        if line is not None and opts.scalars[keyword].lower() != "none":
+        found = opts.where.get(keyword)
+        if found is not None and opts.scalars[keyword].lower() != "none":
             raise InputError(
-                f"{line.where}: {keyword} applies to {host}: mpiwait cannot use keys held by a "
+                f"{found.where}: {keyword} applies to {host}: mpiwait cannot use keys held by a "
                 "PKCS#11 token"
             )
 

@@ -386,9 +386,13 @@ def expand_hostname(value: str, host: str, line: Line) -> str:
         raise InputError(f"{line.where}: HostName {value!r}: {e}") from e
 
 
+# %-token -> its value, or a function computing it when first used.
+Tokens = dict[str, str | Callable[[], str]]
+
+
 def connection_tokens(
     local: Local, *, host: str, original: str, port: int, user: str, host_key_alias: str
-) -> dict[str, str | Callable[[], str]]:
+) -> Tokens:
     """ssh's %-tokens for one connection (DEFAULT_CLIENT_PERCENT_EXPAND_ARGS)."""
     this_host = local.host
     return {
@@ -408,9 +412,7 @@ def connection_tokens(
     }
 
 
-def percent_expand(
-    value: str, tokens: Mapping[str, str | Callable[[], str]], allowed: frozenset[str] | None = None
-) -> str:
+def percent_expand(value: str, tokens: Tokens, allowed: frozenset[str] | None = None) -> str:
     if "%" not in value:
         return value
     out: list[str] = []

@@ -327,7 +327,7 @@ _IPQOS = frozenset(
 )
 
 
-def _algorithms(known: frozenset[str], *, wildcards: bool):
+def _algorithms(known: frozenset[str], *, wildcards: bool) -> Callable[[tuple[str, ...]], bool]:
     def check(args: tuple[str, ...]) -> bool:
         arg = args[0]
         if arg.startswith("-"):
@@ -368,7 +368,8 @@ def _scaled(arg: str) -> int | None:
     m = re.fullmatch(r"([0-9]+)([KMGTPE]?)", arg, re.IGNORECASE)
     if m is None:
         return None
-    return int(m.group(1)) * 1024 ** " KMGTPE".index((m.group(2) or " ").upper())
+    scale: int = 1024 ** " KMGTPE".index((m.group(2) or " ").upper())
+    return int(m.group(1)) * scale
 
 
 def _rekey_limit(args: tuple[str, ...]) -> bool:

@@ -17,27 +17,44 @@ import socket
 import sys
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from mpiwait.errors import InputError, PermanentError
-from mpiwait.openssh.config import SSHResolver, SSHTarget
+from mpiwait.openssh.config import SSHConfig, SSHTarget
 from mpiwait.probe.keys import HostKeyPolicy, IdentityCache
-from mpiwait.probe.lookup import LookupTimeout, Resolver, ResolverBusy, lookup_pool
-from mpiwait.probe.outcome import Outcome, Stage, Status
+from mpiwait.probe.lookup import LookupPool, LookupTimeout, ResolverBusy
+from mpiwait.probe.outcome import PENALTY, Outcome, Reached, Stage, Status
+from mpiwait.probe.pace import Pacer, address_key
 from mpiwait.settings import (
-    DEFAULT_CONNECT_TIMEOUT,
+    DROP_NOTICE_WAIT,
+    NOAUTH_CHARGE,
     REFUSED_ADDRESS_REUSE,
     Check,
-    Settings,
+    ProbeOptions,
 )
+
+if TYPE_CHECKING:
+    import paramiko
+
+    from mpiwait.probe.keys import Identity
+
+# Entries of getaddrinfo's answer: (family, type, proto, canonname, sockaddr).
+AddrInfo = tuple[Any, ...]
 
 # paramiko imports invoke only for its own ssh_config `Match exec`, which mpiwait never uses
 # (openssh/evaluate.py runs Match exec itself); left out, paramiko's import takes ~55 ms instead of
 # ~100 ms (benchmarks/, scenario 3). This module is imported only on the paths that log in, before
 # paramiko is, so the flag is set exactly where paramiko is used. None: `import invoke` raises.
-sys.modules.setdefault("invoke", None)
+sys.modules.setdefault("invoke", None)  # type: ignore[arg-type]  # None blocks an import
 
 READY = Outcome(Status.READY, Stage.READY, "ready")
+
+# What sshd writes before it closes a connection it turns away at once: OpenSSH 9.8+ for an
+# address under a PerSourcePenalties penalty and at MaxStartups alike, older releases only at
+# MaxStartups (sshd.c, drop_connection).
+_TURNED_AWAY = b"Not allowed at this time"
+_AT_MAX_STARTUPS = b"Exceeded MaxStartups"
 
 # paramiko logs every failed handshake (a silent or closing port, a socket we closed under its
 # reader thread) at ERROR, with a traceback. Without a handler of ours those records reach
@@ -51,61 +68,42 @@ def _retry(stage: Stage, reason: str, detail: str) -> Outcome:
     return Outcome(Status.RETRY, stage, reason, detail)
 
 
-@dataclass(frozen=True)
-class ProbeConfig:
-    check: Check
-    connect_timeout: float | None  # None: the ssh config's ConnectTimeout, else the default
-    remote_command: str | None = None
-
-
 class Prober:
     """Runs attempts; safe to call from many threads at once."""
 
     def __init__(
         self,
-        config: ProbeConfig,
-        resolver: SSHResolver,
+        options: ProbeOptions,
+        ssh: SSHConfig,
+        lookups: LookupPool,
         *,
         identities: IdentityCache | None = None,
         host_keys: HostKeyPolicy | None = None,
-        lookups: Resolver | None = None,
+        pacer: Pacer | None = None,
     ) -> None:
-        self._config = config
-        self._resolver = resolver
+        self._options = options
+        self._pacer = pacer or Pacer(None)
+        self._ssh = ssh
         self._identities = identities or IdentityCache()
         self._host_keys = host_keys or HostKeyPolicy()
-        self._lookups = lookups or lookup_pool(1)
+        self._lookups = lookups
         self._targets: dict[str, SSHTarget] = {}
         # host -> (when looked up, getaddrinfo's answer), kept while its SSH port refuses
-        self._refused: dict[str, tuple[float, list]] = {}
-        # host -> this machine's address of its last accepted connect: the launch learns from
-        # it the interface that routes to the workers (launch/handover.py)
-        self._local: dict[str, str] = {}
+        self._refused: dict[str, tuple[float, list[AddrInfo]]] = {}
         self._lock = threading.Lock()
 
-    @property
-    def resolver(self) -> SSHResolver:
-        """How each host's ssh settings are found (the start notes read it too)."""
-        return self._resolver
-
     def target(self, host: str) -> SSHTarget:
+        """The host's ssh settings, as OpenSSH resolves them (once per host)."""
         with self._lock:
             target = self._targets.get(host)
         if target is None:
-            target = self._resolver.resolve(host)
+            target = self._ssh.resolve(host)
             with self._lock:
                 self._targets[host] = target
         return target
 
-    def local_addresses(self) -> dict[str, str]:
-        """host -> the local address its SSH port accepted a connect from."""
-        with self._lock:
-            return dict(self._local)
-
     def timeout_for(self, target: SSHTarget) -> float:
-        if self._config.connect_timeout is not None:
-            return self._config.connect_timeout
-        return target.connect_timeout or DEFAULT_CONNECT_TIMEOUT
+        return self._options.timeout(target.connect_timeout)
 
     def preflight(self, hosts: tuple[str, ...]) -> None:
         """Fail now, not after minutes of waiting, on settings and key files that cannot work.
@@ -114,12 +112,14 @@ class Prober:
         would refuse for a host (InputError, exit 2) must stop mpiwait before it waits.
         """
         targets = [self.target(host) for host in hosts]
-        if self._config.check is not Check.SSH:
+        if self._options.check is not Check.SSH:
             return
         for target in targets:
             self._identities.get(target.identity_files, defaults=target.identities_default)
 
-    def attempt(self, host: str) -> Outcome:
+    def attempt(self, host: str, *, name_only: bool = False) -> Outcome:
+        """One attempt at ``host``, up to the check (``name_only``: its name must resolve,
+        for an entry naming this machine, which runs no sshd)."""
         try:
             target = self.target(host)
         except InputError as exc:
@@ -137,24 +137,57 @@ class Prober:
                 infos = self._lookups.resolve(target.address, target.port, timeout)
             except (LookupTimeout, ResolverBusy, socket.gaierror, UnicodeError) as exc:
                 return _lookup_failed(exc, target.address, timeout)
-        if self._config.check is Check.DNS:
-            return READY
+        check = Check.DNS if name_only else self._options.check
+        if check is Check.DNS:
+            return _ready(target, infos, "")
+        if check is Check.TCP:
+            return self._tcp(host, target, (looked_up, infos), timeout)
         sock, failure = _connect(infos, timeout)
         if sock is None:
-            assert failure is not None
-            if failure.reason == "refused":
-                # The address answered: the pod is there, its sshd is not listening yet.
-                with self._lock:
-                    self._refused[host] = (looked_up, infos)
-            return failure
-        with contextlib.suppress(OSError), self._lock:
-            self._local[host] = sock.getsockname()[0]
+            return self._not_connected(host, failure, (looked_up, infos))
+        local, peer = _ends(sock)
         try:
-            if self._config.check is Check.TCP:
-                return READY
-            return self._login(sock, target, timeout)
+            turned_away = _turned_away(sock, min(timeout, DROP_NOTICE_WAIT))
+            if turned_away is not None:
+                return turned_away
+            outcome = self._login(sock, target, timeout)
         finally:
             sock.close()
+        if outcome is READY:
+            return _ready(target, infos, local)
+        if outcome.status is Status.RETRY and outcome.reason != "remote-command":
+            # closed before authenticating, after sshd handed it to a session process
+            return replace(outcome, pace=self._pacer.charge(peer))
+        return outcome
+
+    def _not_connected(
+        self, host: str, failure: Outcome | None, lookup: tuple[float, list[AddrInfo]]
+    ) -> Outcome:
+        assert failure is not None
+        if failure.reason == "refused":
+            # The address answered: the pod is there, its sshd is not listening yet.
+            with self._lock:
+                self._refused[host] = lookup
+        return failure
+
+    def _tcp(
+        self, host: str, target: SSHTarget, lookup: tuple[float, list[AddrInfo]], timeout: float
+    ) -> Outcome:
+        """--check tcp: the port accepts and sshd does not turn the connection away at once.
+        Connect-only, so every connection ends before authentication and takes its turn in
+        the address's account, across runs too (probe/pace.py)."""
+        infos = lookup[1]
+        with self._pacer.turn(infos) as charge:
+            sock, failure = _connect(infos, timeout)
+            if sock is None:
+                return self._not_connected(host, failure, lookup)
+            charge()
+            local, _ = _ends(sock)
+            try:
+                turned_away = _turned_away(sock, min(timeout, DROP_NOTICE_WAIT))
+            finally:
+                sock.close()
+        return turned_away or _ready(target, infos, local)
 
     def _login(self, sock: socket.socket, target: SSHTarget, timeout: float) -> Outcome:
         import paramiko
@@ -179,15 +212,17 @@ class Prober:
             )
             if failed is not None:
                 return failed
-            if self._config.remote_command:
-                return self._run_remote(transport, self._config.remote_command, timeout)
+            if self._options.remote_command:
+                return self._run_remote(transport, self._options.remote_command, timeout)
             return READY
         except (paramiko.SSHException, EOFError, OSError) as exc:
             return _retry(Stage.SSH, "handshake", f"SSH session failed: {_oserror(exc)}")
         finally:
             transport.close()
 
-    def _handshake(self, transport, target: SSHTarget, timeout: float) -> Outcome | None:
+    def _handshake(
+        self, transport: paramiko.Transport, target: SSHTarget, timeout: float
+    ) -> Outcome | None:
         """Banner and key exchange, asking first for the host key types known_hosts lists;
         None when the session is set up."""
         import paramiko
@@ -215,7 +250,7 @@ class Prober:
             return _retry(Stage.SSH, "handshake", f"no SSH key exchange within {timeout:g}s")
         return None
 
-    def _check_host_key(self, transport, target: SSHTarget) -> Outcome | None:
+    def _check_host_key(self, transport: paramiko.Transport, target: SSHTarget) -> Outcome | None:
         """StrictHostKeyChecking against the key the server showed; None when it passes."""
         try:
             kh_address, kh_port = target.known_hosts_address
@@ -231,7 +266,9 @@ class Prober:
             return Outcome(Status.FATAL, Stage.SSH, "host-key", exc.message, exc.hint)
         return None
 
-    def _authenticate(self, transport, target: SSHTarget, identities) -> Outcome | None:
+    def _authenticate(
+        self, transport: paramiko.Transport, target: SSHTarget, identities: tuple[Identity, ...]
+    ) -> Outcome | None:
         import paramiko
 
         for identity in identities:
@@ -261,7 +298,7 @@ class Prober:
             "(mpi-operator: the job's ssh-auth secret, mounted on launcher and workers alike)",
         )
 
-    def _run_remote(self, transport, command: str, timeout: float) -> Outcome:
+    def _run_remote(self, transport: paramiko.Transport, command: str, timeout: float) -> Outcome:
         channel = transport.open_session(timeout=timeout)
         try:
             # Sent as given: the remote user's shell interprets it, exactly as with ssh host CMD.
@@ -278,7 +315,50 @@ class Prober:
         return READY
 
 
-def _before_banner(transport, exc: BaseException, timeout: float) -> Outcome | None:
+def _turned_away(sock: socket.socket, wait: float) -> Outcome | None:
+    """The outcome when sshd turns the connection away before its banner, else None.
+
+    Peeks (reads nothing) at what the server sent within ``wait`` seconds: sshd sends its
+    banner, or the line of a dropped connection, at once after accepting; a server that waits
+    for the client's banner first, or is slow, is left to the handshake (None).
+    """
+    try:
+        sock.settimeout(wait)
+        first = sock.recv(len(_TURNED_AWAY), socket.MSG_PEEK)
+    except TimeoutError:
+        return None
+    except OSError:
+        first = b""  # reset: as closed
+    finally:
+        with contextlib.suppress(OSError):
+            sock.settimeout(None)
+    if not first:
+        return _retry(
+            Stage.SSH,
+            "closed",
+            "connection closed before the SSH banner; is sshd at its MaxStartups limit?",
+        )
+    if first.startswith(b"SSH-") or b"SSH-".startswith(first):
+        return None
+    if _TURNED_AWAY.startswith(first):
+        penalised = _retry(
+            Stage.SSH,
+            PENALTY,
+            'sshd turned this address away before its banner ("Not allowed at this time"): '
+            "a PerSourcePenalties penalty on it (OpenSSH 9.8+, after failed logins or "
+            "connections closed before authenticating; sshd's log says "
+            '"drop connection ... penalty: <why>"), or sshd is at its MaxStartups limit',
+        )
+        # sshd drops these itself, uncharged; once a second is enough while it lasts (>= 15 s)
+        return replace(penalised, pace=NOAUTH_CHARGE)
+    if _AT_MAX_STARTUPS.startswith(first):
+        return _retry(Stage.SSH, "closed", "sshd is at its MaxStartups limit")
+    return None  # other text before the banner: the handshake reads it
+
+
+def _before_banner(
+    transport: paramiko.Transport, exc: BaseException, timeout: float
+) -> Outcome | None:
     """The outcome when ``start_client`` failed before the server's SSH banner arrived, else
     None (the failure came later, in the key exchange).
 
@@ -305,7 +385,7 @@ def _before_banner(transport, exc: BaseException, timeout: float) -> Outcome | N
     return None
 
 
-def _prefer_host_key_types(transport, known: tuple[str, ...]) -> None:
+def _prefer_host_key_types(transport: paramiko.Transport, known: tuple[str, ...]) -> None:
     """Ask first for the host key types known_hosts lists, as ssh does (order_hostkeyalgs).
 
     Without it paramiko asks for its own favourite (ed25519) and gets a key known_hosts does not
@@ -335,7 +415,7 @@ def _lookup_failed(exc: Exception, address: str, timeout: float) -> Outcome:
     return _retry(Stage.DNS, "unresolved", f"{address}: not a valid name")  # UnicodeError
 
 
-def _connect(infos: list, timeout: float) -> tuple[socket.socket | None, Outcome | None]:
+def _connect(infos: list[AddrInfo], timeout: float) -> tuple[socket.socket | None, Outcome | None]:
     """Connect to the first address that accepts, as ssh does; a failure names the last error."""
     failure: Outcome | None = None
     for family, kind, proto, _, address in infos:
@@ -365,23 +445,42 @@ def _connect(infos: list, timeout: float) -> tuple[socket.socket | None, Outcome
     return None, failure or _retry(Stage.DNS, "unresolved", "no address")
 
 
+def _ends(sock: socket.socket) -> tuple[str, str]:
+    """This machine's address of a connected ``sock``, and the account (probe/pace.py) of the
+    address it is connected to."""
+    local, peer = "", "-"
+    with contextlib.suppress(OSError):
+        local = sock.getsockname()[0]
+        peer = address_key(sock.getpeername())
+    return local, peer
+
+
 def _oserror(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()
     return str(exc) or type(exc).__name__
 
 
-def prober_for(settings: Settings, lookups: Resolver) -> Prober:
-    """The prober for these settings: ssh settings resolved as OpenSSH would, then our
-    overrides (-p, -l, -i, -F), and the stages up to --check."""
-    resolver = SSHResolver(
-        config_path=settings.ssh_config,
-        port=settings.port,
-        user=settings.user,
-        identity_files=settings.identity_files,
+def _ready(target: SSHTarget, infos: list[AddrInfo], local: str) -> Outcome:
+    addresses = tuple(sorted({info[4][0] for info in infos}))
+    return Outcome(
+        Status.READY,
+        Stage.READY,
+        "ready",
+        reached=Reached(target.address, target.port, addresses, local),
     )
-    return Prober(
-        ProbeConfig(settings.check, settings.connect_timeout, settings.remote_command),
-        resolver,
-        lookups=lookups,
+
+
+def prober_for(
+    options: ProbeOptions, lookups: LookupPool, pacer: Pacer | None = None
+) -> tuple[SSHConfig, Prober]:
+    """ssh settings resolved as OpenSSH would, then our overrides (-p, -l, -i, -F); and the
+    prober for them, with the stages up to --check (``pacer``: accounts of connections closed
+    before authenticating, probe/pace.py; None: this run's only)."""
+    ssh = SSHConfig(
+        config_path=options.ssh_config,
+        port=options.port,
+        user=options.user,
+        identity_files=options.identity_files,
     )
+    return ssh, Prober(options, ssh, lookups, pacer=pacer)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -160,7 +160,9 @@ class HostKeyPolicy:
                 self._files[files] = known
             return known
 
-    def _entry(self, address: str, port: int, files: tuple[str, ...]):
+    def _entry(
+        self, address: str, port: int, files: tuple[str, ...]
+    ) -> tuple[str, MutableMapping[str, paramiko.PKey] | None]:
         """known_hosts' name for this host (``[addr]:port`` off port 22) and its keys by type."""
         name = address if port == 22 else f"[{address}]:{port}"
         return name, self._known(files).lookup(name)

@@ -43,7 +43,7 @@ class _Request:
         self.error: BaseException | None = None
 
 
-class Resolver:
+class LookupPool:
     """``resolve(host, port, timeout)``: getaddrinfo's answer (SOCK_STREAM) or an exception:
     socket.gaierror / UnicodeError as getaddrinfo raises them, LookupTimeout, ResolverBusy."""
 
@@ -100,7 +100,7 @@ def _acquire(lock: threading.Lock, timeout: float) -> bool:
     return lock.acquire(timeout=min(timeout, threading.TIMEOUT_MAX))
 
 
-def lookup_pool(parallel: int) -> Resolver:
+def lookup_pool(parallel: int) -> LookupPool:
     """The pool for a run with ``--parallel`` probes: never fewer threads than probes in flight,
     so a resolver that is slow but answers never makes a lookup wait for a thread."""
-    return Resolver(max(MAX_PENDING_LOOKUPS, parallel))
+    return LookupPool(max(MAX_PENDING_LOOKUPS, parallel))

@@ -22,6 +22,22 @@ class Status(str, enum.Enum):
     FATAL = "fatal"  # answered, but in a way time will not fix (key rejected, host key mismatch)
 
 
+# The reason of an attempt that sshd turned away before its banner: its address is penalised
+# (PerSourcePenalties, OpenSSH 9.8+) or sshd is at MaxStartups; they say the same to a client.
+PENALTY = "penalty"
+
+
+@dataclass(frozen=True)
+class Reached:
+    """Where a passing attempt got, for its callers: the launch's interface, --list-ready's
+    cache. Carried on the outcome so that nobody asks the prober again."""
+
+    address: str  # the name or address looked up (ssh's HostName), and its port
+    port: int
+    addresses: tuple[str, ...]  # what it resolved to, sorted, each once
+    local_address: str = ""  # this machine's end of the accepted connection; "" before a connect
+
+
 @dataclass(frozen=True)
 class Outcome:
     """The result of one attempt at one host."""
@@ -31,3 +47,7 @@ class Outcome:
     reason: str  # short and stable ("refused", "timeout", ...): a change of it is worth a log line
     detail: str = ""  # for people: what exactly went wrong
     hint: str | None = None  # what to do about a FATAL outcome
+    reached: Reached | None = None  # set when the attempt passed
+    # the least delay before the next attempt at this host (0: the schedule's own): one that
+    # reached sshd and ended before authenticating counts against sshd's per-source penalties
+    pace: float = 0.0

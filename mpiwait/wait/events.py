@@ -22,6 +22,7 @@ class HostState:
     reason: str = ""
     detail: str = ""
     attempts: int = 0
+    local_address: str = ""  # this machine's end of its passing connection (the launch's interface)
 
 
 @dataclass(frozen=True)

@@ -20,23 +20,15 @@ from __future__ import annotations
 
 import heapq
 import math
-import queue
 import random
-import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+import tenacity
+
 from mpiwait.errors import Interrupted
-from mpiwait.probe.outcome import Outcome, Stage, Status
-from mpiwait.settings import (
-    BACKOFF_DOUBLING,
-    BACKOFF_GRACE,
-    RETRY_FLOOR_DNS,
-    RETRY_FLOOR_SSH,
-    RETRY_FLOOR_TCP,
-)
+from mpiwait.probe.outcome import PENALTY, Outcome, Stage, Status
 from mpiwait.wait.events import (
     End,
     Event,
@@ -49,11 +41,9 @@ from mpiwait.wait.events import (
     StillWaiting,
     WaitResult,
 )
-from mpiwait.wait.schedule import RetryPolicy, Schedule
-
-# Refilled tokens add up in floating point; 0.9999999 must count as a whole token, or the loop
-# would ask to wake again after a fraction of a nanosecond, forever.
-_EPSILON = 1e-6
+from mpiwait.wait.policy import WaitPolicy
+from mpiwait.wait.runner import TokenBucket
+from mpiwait.wait.schedule import Schedule
 
 
 class Runner(Protocol):
@@ -68,41 +58,10 @@ class Runner(Protocol):
         """Outcomes finished so far, waiting up to ``timeout`` seconds for the first."""
 
 
-@dataclass(frozen=True)
-class WaitPolicy:
-    timeout: float  # 0: no deadline
-    retry_initial: float
-    retry_max: float
-    parallel: int
-    probe_rate: float  # attempts started per second, all hosts together; 0: no limit
-    reread_interval: float
-    permanent_after: int
-    status_interval: float = math.inf  # how often to emit StillWaiting while hosts are not ready
-    recheck_after: float = math.inf  # re-check, before the end, hosts that passed this long ago
-    floor_dns: float = RETRY_FLOOR_DNS
-    floor_tcp: float = RETRY_FLOOR_TCP
-    floor_ssh: float = RETRY_FLOOR_SSH
-    backoff_grace: float = BACKOFF_GRACE
-    backoff_doubling: float = BACKOFF_DOUBLING
-    follow_budget: bool = True  # False: plain full-jitter backoff under the envelope
-
-    def retry(self) -> RetryPolicy:
-        return RetryPolicy(
-            initial=self.retry_initial,
-            maximum=self.retry_max,
-            probe_rate=self.probe_rate,
-            floor_dns=self.floor_dns,
-            floor_tcp=self.floor_tcp,
-            floor_ssh=self.floor_ssh,
-            grace=self.backoff_grace,
-            doubling=self.backoff_doubling,
-            follow_budget=self.follow_budget,
-        )
-
-
 @dataclass
 class _Track:
     host: str
+    retry: tenacity.RetryCallState  # its state under the retry policy (wait/schedule.py)
     stage: Stage = Stage.PENDING
     reason: str = ""
     detail: str = ""
@@ -113,9 +72,13 @@ class _Track:
     since: float = 0.0  # when its current stretch of not being ready began
     passed_at: float = -math.inf  # when an attempt last passed
     rechecking: bool = False
+    local_address: str = ""  # this machine's end of its last passing connection
+    rejected: Outcome | None = None  # the last rejected login of the current streak
 
     def state(self) -> HostState:
-        return HostState(self.host, self.stage, self.reason, self.detail, self.attempts)
+        return HostState(
+            self.host, self.stage, self.reason, self.detail, self.attempts, self.local_address
+        )
 
 
 @dataclass
@@ -137,7 +100,7 @@ class _Loop:
     def add(self, hosts: tuple[str, ...], at: float) -> tuple[str, ...]:
         new = tuple(h for h in hosts if h not in self.tracks)
         for host in new:
-            self.tracks[host] = _Track(host, since=at)
+            self.tracks[host] = _Track(host, self.schedule.state(at), since=at)
             self._schedule(host, at)
         return new
 
@@ -150,30 +113,23 @@ class _Loop:
         if new:
             self.emit(HostsAdded(new, len(self.tracks), sources))
 
-    def start_due(self, now: float, tokens: float) -> float:
-        """Start the attempts due by ``now``, within the probe slots and the ``tokens`` of the
-        rate limit (unused when there is none); returns the tokens left."""
-        unlimited = self.policy.probe_rate <= 0
-        parallel = self.policy.parallel
+    def start_due(self, now: float, bucket: TokenBucket) -> None:
+        """Start the attempts due by ``now``, within the probe slots and the rate limit."""
+        parallel = self.policy.budget.parallel
         due = self.due
-        while (
-            due
-            and due[0][0] <= now
-            and self.in_flight < parallel
-            and (unlimited or tokens >= 1 - _EPSILON)
-        ):
+        while due and due[0][0] <= now and self.in_flight < parallel and bucket.take():
             _, _, host = heapq.heappop(due)
             self.tracks[host].in_flight = True
             self.in_flight += 1
-            tokens -= 1
             self.runner.start(host)
-        return tokens
 
     def _schedule(self, host: str, at: float) -> None:
         self.seq += 1
         heapq.heappush(self.due, (at, self.seq, host))
 
-    def result(self, end: End, failed: _Track | None = None, signal: str | None = None):
+    def result(
+        self, end: End, failed: _Track | None = None, signal: str | None = None
+    ) -> WaitResult:
         return WaitResult(
             end=end,
             hosts=tuple(t.state() for t in self.tracks.values()),
@@ -190,10 +146,16 @@ class _Loop:
         self.in_flight -= 1
         track.attempts += 1
         rechecked, track.rechecking = track.rechecking, False
+        if track.rejected is not None and outcome.reason == PENALTY:
+            # sshd penalises the address for the rejections themselves (PerSourcePenalties
+            # authfail): its drops continue the streak instead of waiting the penalty out
+            outcome = _penalised_after(track.rejected)
         changed = (outcome.stage, outcome.reason) != (track.stage, track.reason)
         track.stage, track.reason, track.detail = outcome.stage, outcome.reason, outcome.detail
         if outcome.status is Status.READY:
             track.passed_at = now
+            if outcome.reached is not None:
+                track.local_address = outcome.reached.local_address
             self.ready += 1
             if not rechecked:  # a re-check that passes changes nothing worth a line
                 self.emit(HostReady(host, self.ready, len(self.tracks), now - self.started))
@@ -206,20 +168,25 @@ class _Loop:
         if outcome.status is Status.FATAL:
             track.fatal_streak += 1
             track.hint = outcome.hint
+            track.rejected = outcome if outcome.reason == "auth-rejected" else None
             if track.fatal_streak >= self.policy.permanent_after:
                 return track
         else:
             track.fatal_streak = 0
+            track.rejected = None
         if changed:
             self.emit(HostChanged(track.state(), now - self.started))
-        wait = self.schedule.delay(
-            stage=outcome.stage,
-            status=outcome.status,
+        wait = self.schedule.next_delay(
+            track.retry,
+            outcome,
             attempts=track.attempts,
-            away=now - track.since,
+            now=now,
+            since=track.since,
             missing=len(self.tracks) - self.ready,
         )
-        self._schedule(host, now + wait)
+        if wait is not None:  # None: the deadline comes first
+            # an attempt that sshd charged to our address: no sooner than its account allows
+            self._schedule(host, now + max(wait, outcome.pace))
         return None
 
     def recheck(self, now: float) -> bool:
@@ -242,6 +209,13 @@ class _Loop:
         return True
 
 
+def _penalised_after(rejected: Outcome) -> Outcome:
+    """A rejected login's outcome, told that sshd now also turns the address away."""
+    note = "; sshd now turns this address away (PerSourcePenalties, for the failed logins)"
+    detail = rejected.detail if rejected.detail.endswith(note) else rejected.detail + note
+    return replace(rejected, detail=detail)
+
+
 def wait_for_hosts(
     *,
     first: tuple[str, ...],
@@ -259,14 +233,13 @@ def wait_for_hosts(
     source of the retry jitter (tests pass a seeded one).
     """
     start = runner.now()
-    loop = _Loop(policy, runner, emit, Schedule(policy.retry(), rng), start)
-    loop.add(first, start)
     deadline = start + policy.timeout if policy.timeout > 0 else math.inf
+    schedule = Schedule(policy.retry, policy.budget.rate, rng, deadline=deadline)
+    loop = _Loop(policy, runner, emit, schedule, start)
+    loop.add(first, start)
     next_reread = start + policy.reread_interval
     next_status = start + policy.status_interval
-    rate = policy.probe_rate
-    capacity = float(max(1, policy.parallel))
-    tokens, refilled = capacity, start
+    bucket = TokenBucket(policy.budget.rate, policy.budget.parallel, start)
     try:
         while True:
             now = runner.now()
@@ -280,73 +253,14 @@ def wait_for_hosts(
             if now >= next_status:
                 emit(StillWaiting(tuple(t.state() for t in loop.tracks.values()), now - start))
                 next_status = now + policy.status_interval
-            if rate > 0:
-                tokens = min(capacity, tokens + (now - refilled) * rate)
-                refilled = now
-            tokens = loop.start_due(now, tokens)
+            bucket.refill(now)
+            loop.start_due(now, bucket)
             wake = min(deadline, next_reread, next_status)
-            if loop.due and loop.in_flight < policy.parallel:
-                next_due = loop.due[0][0]
-                if rate > 0 and tokens < 1 - _EPSILON:
-                    next_due = max(next_due, now + (1 - tokens) / rate)
-                wake = min(wake, next_due)
+            if loop.due and loop.in_flight < policy.budget.parallel:
+                wake = min(wake, max(loop.due[0][0], bucket.next_token(now)))
             for host, outcome in runner.results(max(0.0, wake - now)):
                 failed = loop.record(host, outcome, runner.now())
                 if failed is not None:
                     return loop.result(End.PERMANENT, failed)
     except Interrupted as signal:
         return loop.result(End.INTERRUPTED, signal=signal.name)
-
-
-class ThreadRunner:
-    """Attempts on a fixed pool of daemon threads (daemon: a stuck connect never delays exit).
-
-    Threads are started only as attempts need them, so four hosts cost four threads, not 64.
-    """
-
-    def __init__(self, attempt: Callable[[str], Outcome], workers: int) -> None:
-        self._attempt = attempt
-        self._workers = max(1, workers)
-        self._threads: list[threading.Thread] = []
-        self._jobs: queue.SimpleQueue[str] = queue.SimpleQueue()
-        self._done: queue.SimpleQueue[tuple[str, Outcome]] = queue.SimpleQueue()
-        self._idle = 0
-        self._lock = threading.Lock()
-
-    def now(self) -> float:
-        return time.monotonic()
-
-    def start(self, host: str) -> None:
-        with self._lock:
-            spawn = self._idle == 0 and len(self._threads) < self._workers
-            if not spawn:
-                self._idle -= 1
-        if spawn:
-            thread = threading.Thread(target=self._work, name="mpiwait-probe", daemon=True)
-            self._threads.append(thread)
-            thread.start()
-        self._jobs.put(host)
-
-    def _work(self) -> None:
-        while True:
-            host = self._jobs.get()
-            try:
-                outcome = self._attempt(host)
-            except Exception as exc:  # a probe bug or a library surprise must not kill the wait
-                outcome = Outcome(
-                    Status.RETRY, Stage.SSH, "unexpected", f"{type(exc).__name__}: {exc}"
-                )
-            with self._lock:
-                self._idle += 1
-            self._done.put((host, outcome))
-
-    def results(self, timeout: float) -> list[tuple[str, Outcome]]:
-        try:
-            out = [self._done.get(timeout=timeout) if timeout > 0 else self._done.get_nowait()]
-        except queue.Empty:
-            return []
-        while True:
-            try:
-                out.append(self._done.get_nowait())
-            except queue.Empty:
-                return out

@@ -20,67 +20,59 @@ A permanent-looking failure (key rejected) keeps the old full-jitter backoff: it
 race with a worker mounting its keys, and racing faster would only end the wait sooner. So does
 every host when the user set the envelope by hand (``follow_budget`` off): the options keep the
 meaning they always had.
+
+tenacity carries the decisions, one RetryCallState per host asked by the one waiting loop (not a
+``Retrying`` per host, which would sleep in a thread of its own: docs/design-decisions.md):
+which outcomes are retried (``retry_if_result``: any that did not pass), how long to wait (a
+``wait_base``: the budget-following one above, or full jitter), and when to stop (before a
+next attempt that would come at or past the deadline, as ``stop_before_delay`` does).
 """
 
 from __future__ import annotations
 
+import math
 import random
-from dataclasses import dataclass
 
-from mpiwait.probe.outcome import Stage, Status
+import tenacity
+from tenacity.stop import stop_base
+from tenacity.wait import wait_base
 
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    initial: float  # first window of the envelope (--retry-initial)
-    maximum: float  # the envelope's cap (--retry-max): no host goes untried longer
-    probe_rate: float  # attempts per second, all hosts together; 0: no limit
-    floor_dns: float
-    floor_tcp: float
-    floor_ssh: float
-    grace: float  # seconds a host may stay away before its window starts to grow
-    doubling: float  # then its window doubles every this many seconds, up to the envelope
-    follow_budget: bool = True  # False: full jitter under the envelope (explicit --retry-*)
-
-    def floor(self, stage: Stage) -> float:
-        if stage is Stage.DNS:
-            return self.floor_dns
-        if stage is Stage.TCP:
-            return self.floor_tcp
-        return self.floor_ssh
+from mpiwait.probe.outcome import Outcome, Stage, Status
+from mpiwait.wait.policy import RetryPolicy
 
 
-class Schedule:
-    """Delays for the waiting loop; pure arithmetic plus one random source."""
+class FullJitter(tenacity.wait_exponential):
+    """tenacity's wait_random_exponential (uniform over the doubling window), with the random
+    source injected so that tests can seed it."""
 
-    def __init__(self, policy: RetryPolicy, rng: random.Random | None = None) -> None:
-        import tenacity
+    def __init__(self, initial: float, maximum: float, rng: random.Random) -> None:
+        super().__init__(multiplier=initial, max=maximum)
+        self._rng = rng
 
-        self.policy = policy
-        self._rng = rng or random.Random()
-        self._wait = tenacity.wait_exponential(multiplier=policy.initial, max=policy.maximum)
-        # tenacity's strategies read only attempt_number; one bare call state serves every host
-        # from a single loop instead of a thread per host under Retrying.
-        self._state = tenacity.RetryCallState(None, None, (), {})
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        return self._rng.uniform(0.0, float(super().__call__(retry_state)))
 
-    def envelope(self, attempts: int) -> float:
-        """The longest wait after the ``attempts``-th failed attempt (1-based)."""
-        self._state.attempt_number = attempts
-        return float(self._wait(self._state))
 
-    def delay(
-        self, *, stage: Stage, status: Status, attempts: int, away: float, missing: int
-    ) -> float:
-        """Seconds until the next attempt at a host whose ``attempts``-th attempt just failed
-        at ``stage``, after ``away`` seconds of not being ready, with ``missing`` hosts not
-        ready in all."""
-        p = self.policy
-        envelope = self.envelope(attempts)
-        if status is Status.FATAL or not p.follow_budget:
+class FollowBudget(wait_base):
+    """The delay that follows the probe budget (the module's docstring); a FATAL outcome keeps
+    full jitter. ``missing``, the hosts not ready in all, is set by the loop before each call."""
+
+    def __init__(self, policy: RetryPolicy, probe_rate: float, rng: random.Random) -> None:
+        self._policy = policy
+        self._rate = probe_rate
+        self._rng = rng
+        self._envelope = tenacity.wait_exponential(multiplier=policy.initial, max=policy.maximum)
+        self.missing = 1
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> float:
+        p = self._policy
+        envelope = float(self._envelope(retry_state))
+        outcome: Outcome = _outcome(retry_state)
+        if outcome.status is Status.FATAL:
             return self._rng.uniform(0.0, envelope)
-        lo = min(p.floor(stage), envelope)
-        share = missing / p.probe_rate if p.probe_rate > 0 else 0.0
-        over = away - p.grace
+        lo = min(p.floor(outcome.stage), envelope)
+        share = self.missing / self._rate if self._rate > 0 else 0.0
+        over = (retry_state.seconds_since_start or 0.0) - p.grace
         aged = lo * 2.0 ** min(over / p.doubling, 64.0) if over > 0 else lo
         # uniform over [lo, 2 x share] averages a little more than the share: all missing
         # hosts together then ask for a little less than the budget, never more (the token
@@ -88,3 +80,95 @@ class Schedule:
         # [lo, 2 x share - lo], 50 unresolvable hosts cost the DNS 8% more than before).
         hi = min(envelope, max(lo, 2.0 * share, aged))
         return self._rng.uniform(lo, hi)
+
+
+class StopAtDeadline(stop_base):
+    """Stop before a next attempt that would start at or past the deadline (which the loop
+    never starts): stop_before_delay, against the wait's deadline rather than the host's
+    first attempt."""
+
+    def __init__(self, deadline: float) -> None:
+        self._deadline = deadline
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        now = retry_state.outcome_timestamp or 0.0
+        return now + retry_state.upcoming_sleep >= self._deadline
+
+
+def _outcome(retry_state: tenacity.RetryCallState) -> Outcome:
+    assert retry_state.outcome is not None
+    result: Outcome = retry_state.outcome.result()
+    return result
+
+
+def _not_passed(outcome: Outcome) -> bool:
+    return outcome.status is not Status.READY
+
+
+class Schedule:
+    """Each host's next attempt, asked of tenacity's strategies from the one waiting loop."""
+
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        probe_rate: float,
+        rng: random.Random | None = None,
+        *,
+        deadline: float = math.inf,
+    ) -> None:
+        self.policy = policy
+        rng = rng or random.Random()
+        self._retrying = tenacity.Retrying()  # the owner tenacity's call state requires
+        self._retry = tenacity.retry_if_result(_not_passed)
+        self._budget = FollowBudget(policy, probe_rate, rng)
+        self._wait: wait_base = (
+            self._budget
+            if policy.follow_budget
+            else FullJitter(policy.initial, policy.maximum, rng)
+        )
+        self._stop: stop_base = (
+            StopAtDeadline(deadline) if math.isfinite(deadline) else tenacity.stop_never
+        )
+
+    def state(self, since: float) -> tenacity.RetryCallState:
+        """A host's retry state, for a stretch of not being ready that began at ``since``."""
+        state = tenacity.RetryCallState(self._retrying, None, (), {})
+        state.start_time = since
+        return state
+
+    def next_delay(
+        self,
+        state: tenacity.RetryCallState,
+        outcome: Outcome,
+        *,
+        attempts: int,
+        now: float,
+        since: float,
+        missing: int,
+    ) -> float | None:
+        """Seconds until the next attempt at a host whose ``attempts``-th attempt just ended
+        with ``outcome`` at ``now``, not ready since ``since``, with ``missing`` hosts not ready
+        in all; None when it is not tried again (it passed, or the deadline comes first)."""
+        state.attempt_number = attempts
+        state.outcome = tenacity.Future.construct(attempts, outcome, False)
+        state.outcome_timestamp = now
+        state.start_time = since
+        if not self._retry(state):
+            return None
+        self._budget.missing = missing
+        state.upcoming_sleep = sleep = float(self._wait(state))
+        if self._stop(state):
+            return None
+        return sleep
+
+    def delay(
+        self, *, stage: Stage, status: Status, attempts: int, away: float, missing: int
+    ) -> float:
+        """As ``next_delay``, for a host away ``away`` seconds, without a deadline."""
+        outcome = Outcome(status, stage, "")
+        state = self.state(0.0)
+        delay = self.next_delay(
+            state, outcome, attempts=attempts, now=away, since=0.0, missing=missing
+        )
+        assert delay is not None
+        return delay

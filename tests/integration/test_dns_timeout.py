@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import testbed
 
-from mpiwait.probe.lookup import LookupTimeout, Resolver, ResolverBusy
+from mpiwait.probe.lookup import LookupPool, LookupTimeout, ResolverBusy
 from mpiwait.settings import MAX_PENDING_LOOKUPS
 
 SILENT_DNS = """
@@ -120,7 +120,7 @@ def test_resolver_gives_up_and_turns_lookups_away_when_all_threads_are_stuck() -
             release.wait(10)
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.1", port))]
 
-    resolver = Resolver(2, lookup)
+    resolver = LookupPool(2, lookup)
     assert resolver.resolve("fine", 22, 1.0)[0][4] == ("10.0.0.1", 22)
     for name in ("stuck1", "stuck2"):
         with pytest.raises(LookupTimeout):
@@ -146,4 +146,4 @@ def test_resolver_passes_errors_through() -> None:
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
 
     with pytest.raises(socket.gaierror):
-        Resolver(1, lookup).resolve("nope", 22, 1.0)
+        LookupPool(1, lookup).resolve("nope", 22, 1.0)

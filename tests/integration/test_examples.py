@@ -137,6 +137,8 @@ WORKERS = {
     "trainer-v2-entrypoint.yaml": {"user": "mpiuser", "port": 2222},
     "compose.yaml": {"user": "root", "port": 22},
     "horovod-elastic.yaml": {"user": "root", "port": 22},
+    "bash-entrypoint.yaml": {"user": "mpiuser", "port": 2222},
+    "horovod.yaml": {"user": "root", "port": 22},
 }
 
 
@@ -989,8 +991,8 @@ def test_example_waits_for_real_workers_then_runs_its_command(inv, bed, tmp_path
         testbed.wait_until(lambda: accepted in log.read_text(errors="replace"), 10, accepted)
     assert accepted in log.read_text(errors="replace"), f"{r.stderr}\n{log.read_text()}"
     if command:
-        # mpiwait became COMMAND, with the example's arguments untouched.
-        assert r.stdout.split() == command, r.stdout
+        # mpiwait became COMMAND, with the example's arguments untouched (echo joins them).
+        assert r.stdout == " ".join(command) + "\n", r.stdout
     else:
         assert r.stdout == "", r.stdout
 

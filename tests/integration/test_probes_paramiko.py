@@ -22,7 +22,7 @@ import pytest
 from mpiwait.probe.attempt import prober_for
 from mpiwait.probe.lookup import lookup_pool
 from mpiwait.probe.outcome import Stage, Status
-from mpiwait.settings import Settings
+from mpiwait.settings import Check, ProbeOptions
 
 TIMEOUT = 1.0  # the per-stage timeout of the probe; only the silent server waits it out
 
@@ -40,6 +40,22 @@ def reset(conn: socket.socket, _: threading.Event) -> None:
 
 
 def silent(conn: socket.socket, done: threading.Event) -> None:
+    done.wait(30)
+    conn.close()
+
+
+def turned_away(conn: socket.socket, _: threading.Event) -> None:
+    conn.sendall(b"Not allowed at this time\r\n")  # OpenSSH 9.8+: penalty or MaxStartups
+    conn.close()
+
+
+def exceeded_max_startups(conn: socket.socket, _: threading.Event) -> None:
+    conn.sendall(b"Exceeded MaxStartups\r\n")  # OpenSSH before 9.8
+    conn.close()
+
+
+def banner_then_silence(conn: socket.socket, done: threading.Event) -> None:
+    conn.sendall(b"SSH-2.0-OpenSSH_10.0p2 Debian-7\r\n")
     done.wait(30)
     conn.close()
 
@@ -78,13 +94,14 @@ def key(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def probe(port: int, key: Path, tmp_path: Path):
+def probe(port: int, key: Path, tmp_path: Path, check: Check = Check.SSH):
     config = tmp_path / "ssh_config"
     config.write_text("")
-    settings = Settings(
-        ssh_config=config, port=port, identity_files=(key,), connect_timeout=TIMEOUT
+    options = ProbeOptions(
+        ssh_config=config, port=port, identity_files=(key,), connect_timeout=TIMEOUT, check=check
     )
-    return prober_for(settings, lookup_pool(1)).attempt("127.0.0.1")
+    _, prober = prober_for(options, lookup_pool(1))
+    return prober.attempt("127.0.0.1")
 
 
 @pytest.mark.parametrize(
@@ -94,6 +111,8 @@ def probe(port: int, key: Path, tmp_path: Path):
         (reset, "closed"),
         (silent, "no-banner"),
         (banner_then_close, "handshake"),
+        (turned_away, "penalty"),
+        (exceeded_max_startups, "closed"),
     ],
 )
 def test_probe_tells_where_the_handshake_stopped(
@@ -104,6 +123,26 @@ def test_probe_tells_where_the_handshake_stopped(
     assert (outcome.status, outcome.stage, outcome.reason) == (Status.RETRY, Stage.SSH, reason)
     if reason == "closed":
         assert "MaxStartups" in outcome.detail
+    if reason == "penalty":
+        assert "PerSourcePenalties" in outcome.detail
+        assert outcome.pace == 1.0  # sshd refuses for >= 15 s: once a second will do
+
+
+@pytest.mark.parametrize(
+    ("behave", "status", "reason"),
+    [
+        (banner_then_silence, Status.READY, "ready"),
+        (silent, Status.READY, "ready"),  # a port that accepts, as --check tcp always took it
+        (turned_away, Status.RETRY, "penalty"),
+        (close_at_once, Status.RETRY, "closed"),
+    ],
+)
+def test_check_tcp_takes_a_port_sshd_turns_away_for_not_ready(
+    key: Path, tmp_path: Path, behave: Callable, status: Status, reason: str
+) -> None:
+    with server(behave) as port:
+        outcome = probe(port, key, tmp_path, Check.TCP)
+    assert (outcome.status, outcome.reason) == (status, reason)
 
 
 def test_paramiko_still_says_a_close_before_the_banner_the_way_probes_reads_it() -> None:
@@ -130,3 +169,26 @@ def test_paramiko_keeps_the_banner_it_read() -> None:
             assert transport.remote_version == "SSH-2.0-OpenSSH_9.2p1 Debian-2"
         finally:
             transport.close()
+
+
+@pytest.mark.parametrize("check", ["tcp", "dns"])
+def test_a_passing_attempt_carries_where_it_got(tmp_path: Path, check: str) -> None:
+    """What the launch (its interface) and --list-ready (its cache) need comes with the
+    outcome: the name looked up, what it resolved to, and this machine's end of the connect."""
+    from mpiwait.probe.outcome import Reached
+    from mpiwait.settings import Check
+
+    config = tmp_path / "ssh_config"
+    config.write_text("Host w1\n  HostName 127.0.0.1\n")
+    # a port that closes at once is no sshd to --check tcp: this one sends a banner and waits
+    with server(banner_then_silence) as port:
+        options = ProbeOptions(Check(check), ssh_config=config, port=port, connect_timeout=TIMEOUT)
+        _, prober = prober_for(options, lookup_pool(1))
+        outcome = prober.attempt("w1")
+        name_only = prober.attempt("w1", name_only=True)
+        if check == "dns":  # nothing connected: release the server's accept
+            socket.create_connection(("127.0.0.1", port)).close()
+    local = "127.0.0.1" if check == "tcp" else ""
+    assert outcome.status is Status.READY
+    assert outcome.reached == Reached("127.0.0.1", port, ("127.0.0.1",), local)
+    assert name_only.reached == Reached("127.0.0.1", port, ("127.0.0.1",), "")

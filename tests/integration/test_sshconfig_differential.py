@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import sshdiff
 
-from mpiwait.openssh.config import LocalUser, SSHResolver
+from mpiwait.openssh.config import LocalUser, SSHConfig
 
 pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH client (ssh)")
 
@@ -359,7 +359,7 @@ def _dash_f_diffs(case: Case, d: Path) -> list[str]:
         for diff in sshdiff.compare(
             host,
             ["-F", str(cfg)],
-            lambda: SSHResolver(config_path=cfg, local_user=LocalUser.current(env), environ=env),
+            lambda: SSHConfig(config_path=cfg, local_user=LocalUser.current(env), environ=env),
             env,
         ):
             diffs.append(f"{case.name} (-F): {diff}")
@@ -551,7 +551,7 @@ def test_port_and_user_options_agree_with_ssh(case: Case, tmp_path: Path) -> Non
         for diff in sshdiff.compare(
             host,
             ["-F", str(cfg), "-p", "2200", "-l", "late"],
-            lambda: SSHResolver(
+            lambda: SSHConfig(
                 config_path=cfg,
                 port=2200,
                 user="late",

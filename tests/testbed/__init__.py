@@ -8,6 +8,9 @@ Labs (each a context manager; ``down()``/``close()`` leaves nothing behind):
                               hostname and address; Open MPI and MPICH run across it
                               (``openmpi_argv``, ``mpich_argv``). Hosts are ``bed.hosts[i]``
                               (WorkerHost: name, addr, ns, veth, sshd_config, ...).
+                              ``sshd="trixie"``: Debian 13's sshd 10.0p2 with its own defaults
+                              (PerSourcePenalties on) instead of the machine's tuned one;
+                              ``bed.penalties()`` lists its log's penalty activations.
     ManyHosts(n, workdir=...) hundreds of hosts as addresses of ONE namespace, one sshd; each
                               host "up", "refuse", "drop" or "stall" via set_states().
     LoopBed(n, workdir)       thousands of hosts as 127.1.x.y of one namespace (benchmarks).
@@ -32,15 +35,19 @@ A process: ``start(bed, args, command=...)`` runs ``python -m mpiwait`` there an
     the start), whose one synchronisation primitive is ``wait_for(regex, stream=)``: until a
     line appears;
     ``finish()`` gives a Result and fails on a traceback or any registered key material
-    (register_key, register_secret, check_output_hygiene). ``run()`` = start + finish.
+    (register_key, register_secret, check_output_hygiene) and, for a JSON run, on any record
+    that does not fit docs/events.schema.json (check_json_log, json_log_problems;
+    json_log_seen counts the records validated). ``run()`` = start + finish.
     ``Proc(popen, argv, started)`` wraps any process. /proc readers: alive,
     related_pids, fd_count, thread_count, tcp_states, listening; kill_group; wait_until.
 
 Housekeeping: missing_requirements(flavour), cleanup_stale(), bed_names(prefix), bed_owner(name),
     write_in_place(path, text) (a bind-mounted file rewritten, never seen empty),
     unnamed_uid() (a uid with no passwd entry), BedError, ENV_TAG, STATE_ROOT, SSHD. Submodules
-    ``containers`` (a private dockerd and Debian base images: Engine) and ``leaks`` (the
-    session-end check of conftest.py).
+    ``containers`` (a private dockerd and Debian base images: Engine), ``releases`` (Debian's
+    OpenSSH releases in cached debootstrap roots, run under chroot: openssh_root(suite),
+    Release(suite).ssh(...); trixie's root has its sshd too) and ``leaks`` (the session-end
+    check of conftest.py).
 
 Inside (private, one job a module): the labs _netns (TestBed), _shared (ManyHosts), _loopbed,
     _loopback (Lab); what the namespace labs share: _namespaces (namespaces, veths, up/down),
@@ -51,7 +58,7 @@ Inside (private, one job a module): the labs _netns (TestBed), _shared (ManyHost
 
 from __future__ import annotations
 
-from . import _loopback, _namespaces, _registry, containers, leaks
+from . import _jsonlog, _loopback, _namespaces, _registry, containers, leaks, releases
 from ._loopback import (
     Lab,
     Sshd,
@@ -92,6 +99,10 @@ from ._sys import (
 )
 from ._wrap import dns_blackhole_files, wrap
 
+check_json_log = _jsonlog.check
+json_log_problems = _jsonlog.problems
+json_log_seen = _jsonlog.seen
+
 __all__ = [
     "ENV_TAG",
     "SSHD",
@@ -108,11 +119,14 @@ __all__ = [
     "alive",
     "bed_names",
     "bed_owner",
+    "check_json_log",
     "check_output_hygiene",
     "cleanup_stale",
     "containers",
     "dns_blackhole_files",
     "fd_count",
+    "json_log_problems",
+    "json_log_seen",
     "key_secret_lines",
     "keygen",
     "kill_group",
@@ -124,6 +138,7 @@ __all__ = [
     "register_key",
     "register_secret",
     "related_pids",
+    "releases",
     "run",
     "start",
     "summary",
@@ -138,14 +153,17 @@ __all__ = [
 
 def missing_requirements(flavour: str = "netns") -> str | None:
     """Why a lab of ``flavour`` cannot run here (a sentence), or None when it can: "netns"
-    (TestBed, ManyHosts, LoopBed), "loopback" (Lab) or "containers" (containers.Engine)."""
+    (TestBed, ManyHosts, LoopBed), "loopback" (Lab), "containers" (containers.Engine) or
+    "releases" (releases.Release)."""
     if flavour == "netns":
         return _namespaces.missing_requirements()
     if flavour == "loopback":
         return _loopback.missing_requirements()
     if flavour == "containers":
         return containers.missing_requirements()
-    raise ValueError(f"unknown flavour {flavour!r}: netns, loopback or containers")
+    if flavour == "releases":
+        return releases.missing_requirements()
+    raise ValueError(f"unknown flavour {flavour!r}: netns, loopback, containers or releases")
 
 
 def cleanup_stale(

@@ -65,7 +65,7 @@ from ._registry import (
     pub_root,
     teardown_until_gone,
 )
-from ._sshd import client_config, make_key, sshd_config
+from ._sshd import client_config, machine_sshd, make_key, release_sshd, sshd_config
 from ._sys import BedError, b36, global_lock, kill_group, proc_starttime, sh
 
 __all__ = ["SSHD", "TestBed", "WorkerHost", "missing_requirements"]
@@ -140,6 +140,7 @@ class TestBed(LauncherContext, HostFaults, NamespaceLab):
         published: bool = True,
         persistent: bool = False,
         prefix: str = PREFIX,
+        sshd: str | None = None,
     ) -> None:
         """
         n: number of workers (1..244).
@@ -153,6 +154,9 @@ class TestBed(LauncherContext, HostFaults, NamespaceLab):
         start: start sshd on every worker in up(). published: names in the hosts file at up().
         persistent: the bed outlives this process (scripts/testbed); cleanup_stale() keeps it.
         prefix: starts every namespace and link name (1-3 lowercase letters; scripts/demo: md).
+        sshd: None, the machine's sshd tuned for tests; a Debian suite of
+            testbed.releases.SERVER_SUITES ("trixie"), that release's sshd with its own
+            defaults (PerSourcePenalties on, MaxStartups 10:30:100; LogLevel VERBOSE).
         """
         if not 1 <= n <= MAX_HOSTS:
             raise ValueError(f"n must be 1..{MAX_HOSTS}, got {n}")
@@ -182,6 +186,8 @@ class TestBed(LauncherContext, HostFaults, NamespaceLab):
         self._start_at_up = start
         self._published_at_up = published
         self._index_req = index
+        self._sshd_release = sshd
+        self.sshd_build = machine_sshd()
         self.index: int = -1
         self.bed_id = ""
         self.hosts: list[WorkerHost] = []
@@ -321,6 +327,8 @@ class TestBed(LauncherContext, HostFaults, NamespaceLab):
             sh(["usermod", "-p", "*", self.user])
 
     def _write_files(self) -> None:
+        if self._sshd_release is not None:
+            self.sshd_build = release_sshd(self._sshd_release, self.workdir)
         if not self.host_key.exists():
             make_key(self.host_key, f"{self.bed_id}-host")
         make_key(self.key_path, f"{self.bed_id}-client", self.key_type)
@@ -359,6 +367,7 @@ class TestBed(LauncherContext, HostFaults, NamespaceLab):
             "host_key": self.host_key,
             "authorized_keys": self.authorized_keys,
             "tmp_dir": self.tmp_dir,
+            "build": self.sshd_build,
         }
         return sshd_config(**(base | settings))
 
@@ -464,6 +473,18 @@ class TestBed(LauncherContext, HostFaults, NamespaceLab):
         )
         if self.bed_id and (beds_dir() / f"{self.bed_id}.json").exists():
             self._write_state()
+
+    def penalties(self) -> list[str]:
+        """The lines of every worker's sshd log that put a PerSourcePenalties penalty into
+        force (refusing its source address from then on): "activating ... penalty" and "new
+        ... active ... penalty" (LogLevel VERBOSE, which a TestBed(sshd=...) sets)."""
+        rx = re.compile(r"activating \S+ penalty|new \S+ active penalty")
+        out = []
+        for h in self.hosts:
+            with contextlib.suppress(OSError):
+                out += [f"{h.name}: {ln}" for ln in h.sshd_log.read_text().splitlines()
+                        if rx.search(ln)]  # fmt: skip
+        return out
 
     # ---- MPI and mpi-operator helpers --------------------------------------------------------
 

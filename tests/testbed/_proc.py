@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from . import _jsonlog
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -108,6 +110,7 @@ class Proc:
         self._err: list[str] = []
         self._done = {"stdout": proc.stdout is None, "stderr": proc.stderr is None}
         self._cond = threading.Condition()
+        self.json_log = False  # start() sets it: finish() then validates the JSON records
         if read:
             self._read_in_threads()
 
@@ -207,6 +210,8 @@ class Proc:
             self.argv, self.proc.returncode, out, err, time.monotonic() - self.started, self.pid
         )
         check_output_hygiene(out + err, result)
+        if self.json_log:
+            _jsonlog.check(out, err, result)
         return result
 
 
@@ -240,8 +245,10 @@ def start(
         popen = subprocess.Popen
         kw.setdefault("start_new_session", True)  # finish() kills the whole group on timeout
     began = time.monotonic()
-    proc = popen(argv, env=dict(env) if env is not None else mpiwait_env(), **kw)
-    return Proc(proc, argv, began, read=read)
+    env = dict(env) if env is not None else mpiwait_env()
+    proc = Proc(popen(argv, env=env, **kw), argv, began, read=read)
+    proc.json_log = _jsonlog.asks_for_json(args, env)
+    return proc
 
 
 def run(ctx: Any, args: Sequence[str], *, timeout: float = 60.0, **kw: Any) -> Result:

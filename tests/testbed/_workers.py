@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._launcher import user_entry
 from ._names import Mount, mount_ns_cmd
-from ._sshd import start_sshd, tail
+from ._sshd import SshdBuild, start_sshd, tail
 from ._sys import BedError, kill_group, kill_pids, netns_pids, spawn
 from ._sys import listening as port_listening
 
@@ -32,6 +32,7 @@ class WorkerProcesses:
     worker_hosts_file: Path
     nsswitch_file: Path
     _sshd: dict[int, subprocess.Popen[Any]]
+    sshd_build: SshdBuild
     _listeners: dict[int, subprocess.Popen[Any]]
 
     if TYPE_CHECKING:  # the launcher context's
@@ -120,7 +121,8 @@ class WorkerProcesses:
             )
         h = self.hosts[i]
         prelude = self._worker_prelude(i, delay=delay)
-        self._sshd[i] = start_sshd(prelude, h.sshd_config, h.sshd_log, self.env(None))
+        argv = self.sshd_build.argv
+        self._sshd[i] = start_sshd(prelude, h.sshd_config, h.sshd_log, self.env(None), argv)
         if delay <= 0 and wait:
             self.wait_listening([i])
 

@@ -1,10 +1,14 @@
 """Containers for the deploy tests without an image registry: a private dockerd and Debian bases.
 
 - ``Engine``: a dockerd (and the containerd under it) of our own: own data root, exec root, socket
-  and pidfile; ``--bridge=none --iptables=false --ip-forward=false``, so it adds no bridge, rule
-  or sysctl to the host. Containers talk over user-defined networks that ``stop()`` removes with
-  their bridges; builds that fetch packages use ``--network host``. ``stop()`` leaves no process
-  or mount behind.
+  and pidfile; ``--bridge=none --iptables=false --ip-forward=false``, so dockerd itself adds no
+  bridge, rule or sysctl to the host. Containers talk over user-defined networks (addresses from
+  ``POOL``) that ``stop()`` removes with their bridges; builds that fetch packages use
+  ``--network host``. Where bridged traffic goes through iptables (br_netfilter loaded, as on any
+  machine where a stock dockerd has run, which also sets FORWARD's policy to DROP), the engine
+  inserts one ACCEPT rule of its own at the top of FORWARD for traffic within ``POOL``, tagged
+  with its comment ``RULE_TAG + tag``, and removes it in ``stop()``. ``stop()`` leaves no
+  process, mount or rule behind.
 - Base images made by ``debootstrap --variant=minbase`` (bullseye, bookworm, trixie) and a
   glibc-only one (the files of bookworm's ``libc6``, no shell), imported as ``debian:<suite>-slim``
   and ``mpiwait-tests/glibc-only``. Root filesystems are cached as tarballs under ``CACHE`` and the
@@ -45,7 +49,7 @@ MIRROR = os.environ.get("MPIWAIT_TEST_MIRROR", "http://deb.debian.org/debian")
 SUITES = ("bullseye", "bookworm", "trixie")
 GLIBC_ONLY = "mpiwait-tests/glibc-only"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
-TOOLS = ("dockerd", "containerd", "runc", "docker", "debootstrap")
+TOOLS = ("dockerd", "containerd", "runc", "docker", "debootstrap", "iptables")
 QEMU_AARCH64 = Path("/usr/bin/qemu-aarch64-static")
 BINFMT = Path("/proc/sys/fs/binfmt_misc")
 # Bumped when what goes into a cached root filesystem changes.
@@ -53,6 +57,11 @@ ROOTFS_VERSION = "1"
 # An Engine's containerd and dockerd carry MPIWAIT_TESTBED=<this><owner pid, base 36>-<n>, so the
 # session's leak check finds them (and, as their descendants, the shims and containers).
 ENGINE_PREFIX = "mc"
+# Every network of an Engine takes its subnet from here (dockerd's --default-address-pool).
+POOL = "10.211.0.0/16"
+# The comment on an Engine's iptables rule: this, then the engine's tag (leaks.py looks for it).
+RULE_TAG = "mpiwait-tests:"
+BRIDGE_NF = Path("/proc/sys/net/bridge/bridge-nf-call-iptables")
 
 
 class EngineError(RuntimeError):
@@ -65,7 +74,8 @@ def missing_requirements() -> str | None:
         return "needs root (runs a dockerd of its own)"
     missing = [t for t in TOOLS if shutil.which(t) is None]
     if missing:
-        return f"{', '.join(missing)} not installed (apt-get install docker.io debootstrap)"
+        need = "apt-get install docker.io debootstrap iptables"
+        return f"{', '.join(missing)} not installed ({need})"
     return None
 
 
@@ -209,6 +219,8 @@ class Engine:
         self.workdir = workdir
         self._data_root = data_root
         self._procs: list[subprocess.Popen[bytes]] = []
+        self.tag = f"{ENGINE_PREFIX}{b36(os.getpid())}-{id(self):x}"
+        self._rules: list[list[str]] = []  # iptables rule specs this engine inserted
         self._lock: contextlib.ExitStack | None = None
         self.data_root = data_root or CACHE / "docker"
         self.sock = workdir / "docker.sock"
@@ -261,7 +273,7 @@ class Engine:
                 "--storage-driver", "overlay2",
                 "--bridge=none", "--iptables=false", "--ip6tables=false",
                 "--ip-forward=false", "--ip-masq=false",
-                "--default-address-pool", "base=10.211.0.0/16,size=24",
+                "--default-address-pool", f"base={POOL},size=24",
                 "--log-level", "warn",
             ],
             self.workdir / "dockerd.log",
@@ -274,10 +286,40 @@ class Engine:
                 raise EngineError(f"dockerd did not answer: {self.log()[-2000:]}")
             time.sleep(0.2)
         self._clean()
+        try:
+            self._allow_forwarding()
+        except EngineError:
+            self.stop()
+            raise
 
     def _spawn(self, argv: list[str], log: Path) -> None:
-        tag = f"{ENGINE_PREFIX}{b36(os.getpid())}-{id(self):x}"
-        self._procs.append(spawn(argv, log, {**os.environ, ENV_TAG: tag}))
+        self._procs.append(spawn(argv, log, {**os.environ, ENV_TAG: self.tag}))
+
+    def rule(self) -> list[str]:
+        """This engine's FORWARD rule (iptables arguments after the chain)."""
+        return [
+            "-s", POOL, "-d", POOL,
+            "-m", "comment", "--comment", f"{RULE_TAG}{self.tag}", "-j", "ACCEPT",
+        ]  # fmt: skip
+
+    def _allow_forwarding(self) -> None:
+        """Let traffic between this engine's containers through FORWARD, where bridged frames
+        pass iptables at all (br_netfilter): a stock Docker's DROP policy would drop it."""
+        try:
+            bridged = BRIDGE_NF.read_text().strip() == "1"
+        except OSError:
+            bridged = False  # br_netfilter not loaded: bridged frames bypass iptables
+        if not bridged:
+            return
+        _run(["iptables", "-w", "-I", "FORWARD", "1", *self.rule()], timeout=60)
+        self._rules.append(self.rule())
+
+    def _remove_rules(self) -> None:
+        while self._rules:
+            spec = self._rules.pop()
+            subprocess.run(
+                ["iptables", "-w", "-D", "FORWARD", *spec], capture_output=True, timeout=60
+            )
 
     def _wait_for(self, path: Path, what: str) -> None:
         deadline = time.monotonic() + 60
@@ -321,6 +363,7 @@ class Engine:
                     os.killpg(p.pid, signal.SIGKILL)
                     p.wait(10)
         self._procs.clear()
+        self._remove_rules()
         # Anything still mounted below our directories (overlay layers, netns) goes too.
         roots = (str(self.workdir), str(self.data_root))
         for mnt in reversed(Path("/proc/self/mounts").read_text().splitlines()):

@@ -10,7 +10,9 @@ session's temporary directory or that carry the tag of one of this process's bed
 (containers.Engine tags its containerd and dockerd; the shims and the containers' processes are
 their descendants). A dockerd of ours still running is asked for its containers, so they are
 named; mounts under the engines' shared data root (containers.CACHE) count as ours while no
-dockerd of another session uses it.
+dockerd of another session uses it; iptables rules count as ours when their comment carries the
+tag of one of this process's engines (containers.RULE_TAG), so a host's own rules and chains
+(a stock Docker's DOCKER* chains, its DROP policy) and other sessions' rules are left alone.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import shlex
 import signal
 import subprocess
 import time
@@ -49,9 +52,11 @@ class Leftovers:
     mounts: tuple[str, ...]
     pids: tuple[tuple[int, str], ...]  # (pid, command line)
     containers: tuple[str, ...] = ()  # "name (image)" of a leaked dockerd's containers
+    rules: tuple[str, ...] = ()  # `iptables -S` lines ("-A CHAIN ...") of this session's engines
 
     def describe(self) -> list[str]:
         out = [f"container {c}" for c in self.containers]
+        out += [f"iptables rule {r}" for r in self.rules]
         out += [f"namespace or link {n}" for n in self.names]
         out += [f"mount {m}" for m in self.mounts]
         out += [f"process {pid}: {cmd}" for pid, cmd in self.pids]
@@ -74,6 +79,27 @@ def _mounts() -> set[str]:
         return set()
     # field 5 is the mount point, with spaces and the like escaped as \040 etc.
     return {line.split()[4] for line in lines if len(line.split()) > 4}
+
+
+def iptables_rules() -> list[str]:
+    """The filter table as `iptables -S` lists it (chains, policies, rules); [] where it cannot
+    be read (not root, no iptables)."""
+    try:
+        p = subprocess.run(
+            ["iptables", "-w", "-S"], capture_output=True, text=True, timeout=60,
+            stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return p.stdout.splitlines() if p.returncode == 0 else []
+
+
+def engine_rules(tag: str) -> list[str]:
+    """The rules whose comment starts with containers.RULE_TAG + ``tag`` (an engine's tag, or
+    the prefix of all of one process's engines)."""
+    mark = f'"{containers.RULE_TAG}{tag}'
+    plain = f" {containers.RULE_TAG}{tag}"  # iptables quotes a comment only when it must
+    return [r for r in iptables_rules() if r.startswith("-A ") and (mark in r or plain in r)]
 
 
 def baseline(roots: Sequence[Path]) -> Baseline:
@@ -144,9 +170,11 @@ def find(base: Baseline, me: int | None = None) -> Leftovers:
     mounts = sorted(
         m for m in _mounts() - base.mounts if any((m + "/").startswith(r) for r in mount_roots)
     )
+    rules = engine_rules(f"{ENGINE_PREFIX}{_b36(me)}-") if os.geteuid() == 0 else []
     return Leftovers(
-        tuple(beds), tuple(names), tuple(mounts), tuple(sorted(set(pids))), tuple(running)
-    )
+        tuple(beds), tuple(names), tuple(mounts), tuple(sorted(set(pids))), tuple(running),
+        tuple(rules),
+    )  # fmt: skip
 
 
 def _foreign_dockerd(tags: Sequence[bytes], protected: set[int]) -> bool:
@@ -199,6 +227,9 @@ def clean(left: Leftovers) -> None:
         if not _sys.kill_pids([pid for pid, _ in left.pids], signal.SIGKILL):
             break
         time.sleep(0.05)
+    for rule in left.rules:  # "-A CHAIN spec" -> "-D CHAIN spec"
+        argv = ["iptables", "-w", "-D", *shlex.split(rule)[1:]]
+        subprocess.run(argv, capture_output=True, timeout=60, check=False)
     for m in sorted(left.mounts, key=len, reverse=True):
         subprocess.run(["umount", "-l", m], capture_output=True, timeout=30, check=False)
     if left.beds and os.geteuid() == 0:

@@ -31,6 +31,7 @@ from mpiwait.settings import (
     DEFAULT_HOSTFILE,
     Check,
     LogFormat,
+    Run,
     Settings,
 )
 from mpiwait.wait.events import End, HostState, WaitResult
@@ -554,8 +555,8 @@ def test_version_json_is_one_object(argv: list[str], env: dict[str, str]) -> Non
     assert record["paramiko"] == _installed("paramiko")
     assert record["cryptography"] == _installed("cryptography")
     assert set(record) == {
-        "event", "version", "commit", "commit_date", "python", "python_executable",
-        "paramiko", "cryptography", "platform", "libc",
+        "schema_version", "time", "event", "version", "commit", "commit_date", "python",
+        "python_executable", "paramiko", "cryptography", "platform", "libc",
     }  # fmt: skip
 
 
@@ -597,6 +598,11 @@ def test_help_lists_every_option(capsys: pytest.CaptureFixture[str], flag: str) 
         assert word in out
 
 
+def run(settings: Settings, environ: dict[str, str]) -> int:
+    """One run as main() makes it: resolved, then its mode's entry."""
+    return cli.run_mode(cli.resolve(settings), environ)
+
+
 # --- run(): the worker role ---------------------------------------------------------------
 
 
@@ -604,7 +610,7 @@ def _no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
     def fail(*_args: object, **_kw: object) -> None:
         raise AssertionError("must not get this far")
 
-    monkeypatch.setattr(run_module.HostSources, "from_settings", fail)
+    monkeypatch.setattr(run_module.HostSources, "from_options", fail)
     monkeypatch.setattr(run_module, "_wait", fail)
 
 
@@ -612,7 +618,7 @@ def test_worker_without_command_exits_0_at_once(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _no_waiting(monkeypatch)
-    assert run_module.run(Settings(), {ROLE: "worker"}) == ExitCode.OK
+    assert run(Settings(), {ROLE: "worker"}) == ExitCode.OK
     assert "K_MPI_JOB_ROLE=worker: nothing to wait for" in capsys.readouterr().err
 
 
@@ -620,7 +626,7 @@ def test_worker_without_command_quiet_says_nothing(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _no_waiting(monkeypatch)
-    assert run_module.run(Settings(quiet=True), {ROLE: "worker"}) == ExitCode.OK
+    assert run(Settings(quiet=True), {ROLE: "worker"}) == ExitCode.OK
     assert capsys.readouterr().err == ""
 
 
@@ -634,14 +640,14 @@ def test_worker_with_command_execs_it_without_waiting(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(run_module, "exec_command", fake_exec)
     with pytest.raises(SystemExit):
-        run_module.run(Settings(command=("mpirun", "-np", "2")), {ROLE: "worker"})
+        run(Settings(command=("mpirun", "-np", "2")), {ROLE: "worker"})
     assert execs == [("mpirun", "-np", "2")]
 
 
 def test_worker_with_missing_command_is_127(monkeypatch: pytest.MonkeyPatch) -> None:
     _no_waiting(monkeypatch)
     with pytest.raises(LaunchError) as info:
-        run_module.run(Settings(command=("/nonexistent/mpiwait-cmd",)), {ROLE: "worker"})
+        run(Settings(command=("/nonexistent/mpiwait-cmd",)), {ROLE: "worker"})
     assert info.value.exit_code == ExitCode.NOT_FOUND
 
 
@@ -682,7 +688,7 @@ def test_launcher_waits_as_usual(
     stub = WaitStub(End.READY)
     monkeypatch.setattr(run_module, "_wait", stub)
     settings = Settings(hosts_option="w1,w2", check=Check.TCP)
-    assert run_module.run(settings, {ROLE: role}) == ExitCode.OK
+    assert run(settings, {ROLE: role}) == ExitCode.OK
     assert stub.calls == [("w1", "w2")]
     err = capsys.readouterr().err
     assert "waiting for 2 hosts (--hosts (2 hosts)) to pass the tcp check" in err
@@ -698,9 +704,11 @@ def test_launcher_execs_the_command_after_the_wait(monkeypatch: pytest.MonkeyPat
         return stub(*args)
 
     monkeypatch.setattr(run_module, "_wait", wait)
-    monkeypatch.setattr(run_module, "exec_command", lambda argv: order.append(f"exec {argv}"))
+    monkeypatch.setattr(
+        run_module, "exec_command", lambda argv, env=None: order.append(f"exec {argv}")
+    )
     settings = Settings(hosts_option="w1", check=Check.TCP, command=("sh", "-c", "true"))
-    assert run_module.run(settings, {}) == ExitCode.OK
+    assert run(settings, {}) == ExitCode.OK
     assert order == ["wait", "exec ('sh', '-c', 'true')"]
 
 
@@ -724,7 +732,7 @@ def test_failed_wait_status_and_termination_log(
     log = tmp_path / "termination-log"
     log.touch()
     settings = Settings(hosts_option="w1", check=Check.TCP, termination_log=log, command=("sh",))
-    assert run_module.run(settings, {}) == status
+    assert run(settings, {}) == status
     text = log.read_text()
     assert "1 of 1 host not ready" in text
     assert "w1" in text
@@ -737,7 +745,7 @@ def test_dry_run_skips_the_command_check_and_the_wait(
     settings = Settings(
         hosts_option="w1", check=Check.TCP, dry_run=True, command=("mpiwait-no-such-cmd",)
     )
-    assert run_module.run(settings, {}) == ExitCode.OK
+    assert run(settings, {}) == ExitCode.OK
     assert "w1 address=w1 port=22" in capsys.readouterr().out
 
 
@@ -749,7 +757,7 @@ def test_no_host_source(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None
     monkeypatch.setattr(run_module, "_wait", _no_wait)
     settings = Settings(hostfile=tmp_path / "hostfile", discover_hosts=tmp_path / "discover.sh")
     with pytest.raises(InputError) as info:
-        run_module.run(settings, {})
+        run(settings, {})
     assert info.value.exit_code == ExitCode.USAGE
     assert "no host source" in info.value.message
     assert str(tmp_path / "hostfile") in info.value.message
@@ -778,7 +786,7 @@ def test_malformed_hostfile_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("good slots=2\nbad slots=many\n")
     with pytest.raises(InputError) as info:
-        run_module.run(Settings(hostfile=hostfile, hostfile_explicit=True), {})
+        run(Settings(hostfile=hostfile, hostfile_explicit=True), {})
     assert info.value.exit_code == ExitCode.USAGE
     assert info.value.message.startswith(f"{hostfile}:2: ")
 
@@ -817,7 +825,7 @@ def test_command_not_found_before_any_waiting(
         hostfile=tmp_path / "none", discover_hosts=tmp_path / "none", command=("mpirun",)
     )
     with pytest.raises(LaunchError) as info:
-        run_module.run(settings, {})
+        run(settings, {})
     assert info.value.exit_code == ExitCode.NOT_FOUND
 
 
@@ -829,7 +837,7 @@ def test_command_not_executable_before_any_waiting(
     script.write_text("#!/bin/sh\n")
     script.chmod(0o644)
     with pytest.raises(LaunchError) as info:
-        run_module.run(Settings(hosts_option="w1", command=(str(script),)), {})
+        run(Settings(hosts_option="w1", command=(str(script),)), {})
     assert info.value.exit_code == ExitCode.NOT_EXECUTABLE
 
 
@@ -864,7 +872,7 @@ def test_missing_ssh_client_warns_where_unsure(
     settings = Settings(
         hosts_option="w1", check=Check.TCP, command=("deepspeed",), termination_log=None
     )
-    assert run_module.run(settings, {}) == ExitCode.TIMEOUT
+    assert run(settings, {}) == ExitCode.TIMEOUT
     assert "warning: no ssh client on PATH; deepspeed may need one" in capsys.readouterr().err
 
 
@@ -892,16 +900,16 @@ def in_process_main(monkeypatch: pytest.MonkeyPatch):
 
 
 def _raise(exc: BaseException):
-    def run(settings: Settings, environ: object) -> int:
+    def run_mode(run: Run, environ: object) -> int:
         raise exc
 
-    return run
+    return run_mode
 
 
 def test_internal_error_is_one_line_no_traceback(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], in_process_main
 ) -> None:
-    monkeypatch.setattr(run_module, "run", _raise(KeyError("boom")))
+    monkeypatch.setattr(cli, "run_mode", _raise(KeyError("boom")))
     assert in_process_main(["--hosts", "w1"]) == ExitCode.INTERNAL == 1
     out, err = capsys.readouterr()
     assert out == ""
@@ -913,7 +921,7 @@ def test_internal_error_is_one_line_no_traceback(
 
 def test_internal_error_with_debug_raises(monkeypatch: pytest.MonkeyPatch, in_process_main) -> None:
     monkeypatch.setenv("MPIWAIT_DEBUG", "1")
-    monkeypatch.setattr(run_module, "run", _raise(KeyError("boom")))
+    monkeypatch.setattr(cli, "run_mode", _raise(KeyError("boom")))
     with pytest.raises(KeyError):
         cli.main(["--hosts", "w1"])
 
@@ -940,7 +948,7 @@ def test_main_maps_errors_to_statuses(
     status: int,
     expected: list[str] | None,
 ) -> None:
-    monkeypatch.setattr(run_module, "run", _raise(exc))
+    monkeypatch.setattr(cli, "run_mode", _raise(exc))
     assert in_process_main(["--hosts", "w1"]) == status
     err = capsys.readouterr().err
     if expected is not None:
@@ -985,7 +993,7 @@ def test_main_exits_124_when_the_deadline_passes(
 def test_main_usage_error_exits_2_without_running(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], in_process_main
 ) -> None:
-    monkeypatch.setattr(run_module, "run", _raise(AssertionError("ran")))
+    monkeypatch.setattr(cli, "run_mode", _raise(AssertionError("ran")))
     assert in_process_main(["--bogus"]) == 2
     assert len(capsys.readouterr().err.splitlines()) == 1
 
@@ -995,21 +1003,21 @@ def test_main_passes_settings_and_environment(
 ) -> None:
     seen = []
 
-    def run(settings: Settings, environ) -> int:
-        seen.append((settings, environ))
+    def run_mode(run: Run, environ) -> int:
+        seen.append((run, environ))
         return 0
 
-    monkeypatch.setattr(run_module, "run", run)
+    monkeypatch.setattr(cli, "run_mode", run_mode)
     assert in_process_main(["--hosts", "w1", "mpirun"]) == 0
-    ((settings, environ),) = seen
-    assert settings == default(hosts_option="w1", command=("mpirun",))
+    ((run, environ),) = seen
+    assert run == cli.resolve(default(hosts_option="w1", command=("mpirun",)))
     assert environ is os.environ
 
 
 def test_main_error_as_json_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], in_process_main
 ) -> None:
-    monkeypatch.setattr(run_module, "run", _raise(PermanentError("key rejected", hint="add it")))
+    monkeypatch.setattr(cli, "run_mode", _raise(PermanentError("key rejected", hint="add it")))
     assert in_process_main(["--log-format", "json", "--hosts", "w1"]) == 3
     (line,) = capsys.readouterr().err.splitlines()
     record = json.loads(line)

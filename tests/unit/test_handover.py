@@ -107,9 +107,83 @@ def test_intel_mpi_recognised_by_i_mpi_root(tmp_path):
 @pytest.mark.parametrize(
     "argv", [["sshd", "-De"], ["horovodrun", "-np", "2"], ["python", "train.py"], []]
 )
-def test_a_command_that_is_no_mpi_launcher_is_not_recognised(tmp_path, argv):
+def test_a_wrapper_with_no_mpi_launcher_on_its_path_is_not_recognised(tmp_path, argv):
     install(tmp_path, "sshd", "horovodrun", "python", "prterun")
     assert recognise(argv, {"PATH": str(tmp_path)}) is None
+
+
+@pytest.mark.parametrize("layout", list(LAYOUTS))
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["bash", "-c", "cd /work && mpirun -n 3 a.out"],
+        ["python3", "launch.py"],
+        ["/usr/local/bin/horovodrun", "-np", "3", "python", "train.py"],
+        ["deepspeed", "--launcher", "openmpi", "train.py"],
+    ],
+)
+def test_a_wrapper_is_recognised_by_the_mpi_on_its_path(tmp_path, layout, argv):
+    files, links = LAYOUTS[layout]
+    bin_dir = install(tmp_path / "venv" / "bin", *files, links=links)
+    install(tmp_path / "usr/bin", "bash", "python3")
+    env = {"PATH": f"{tmp_path}/usr/bin:{tmp_path}/empty:{bin_dir}"}
+    found = recognise(argv, env)
+    assert found is not None and found.mpi is EXPECTED[layout]
+    assert found.path == str(bin_dir / "mpirun") and found.launcher == "mpirun"
+    wrapper = os.path.basename(argv[0])
+    assert found.describe().startswith(
+        f"{EXPECTED[layout].value} via {wrapper} (mpirun on PATH: {bin_dir}/mpirun, "
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "recognised"),
+    [
+        (["deepspeed", "train.py"], False),  # pdsh, DeepSpeed's default: ssh's by itself
+        (["deepspeed", "--launcher", "pdsh", "train.py"], False),
+        (["deepspeed", "--launcher=slurm", "train.py"], False),
+        (["deepspeed", "--launcher", "OpenMPI", "train.py"], True),  # DeepSpeed lowercases it
+        (["deepspeed", "--launcher=impi", "train.py"], True),
+        (["horovodrun", "--gloo", "-np", "2", "python", "t.py"], False),
+        (["horovodrun", "--host-discovery-script", "d.sh", "python", "t.py"], False),
+        (["horovodrun", "--min-np=2", "python", "t.py"], False),
+        (["horovodrun", "-np", "2", "python", "t.py"], True),
+        (["horovodrun", "--mpi", "-np", "2", "python", "t.py"], True),
+    ],
+)
+def test_a_wrapper_whose_arguments_say_it_runs_no_mpi_is_not_recognised(tmp_path, argv, recognised):
+    files, links = LAYOUTS["pypi-openmpi5"]
+    bin_dir = install(tmp_path / "bin", *files, links=links)
+    assert (recognise(argv, {"PATH": str(bin_dir)}) is not None) is recognised
+
+
+def test_a_wrapper_takes_the_first_launcher_in_path_order(tmp_path):
+    mpich = install(tmp_path / "mpich", "mpiexec", "mpiexec.hydra", "hydra_pmi_proxy")
+    ompi = install(tmp_path / "ompi", "mpirun", "mpiexec", "prterun", "prte", "prted")
+    assert recognise(["bash"], {"PATH": f"{mpich}:{ompi}"}).mpi is Mpi.MPICH
+    found = recognise(["bash"], {"PATH": f"{ompi}:{mpich}"})
+    assert found.mpi is Mpi.OPENMPI5 and found.path == f"{ompi}/mpirun"
+    # a launcher that cannot run is not the one a shell would run
+    (ompi / "mpirun").chmod(0o644)
+    assert recognise(["bash"], {"PATH": f"{ompi}:{mpich}"}).path == f"{ompi}/mpiexec"
+
+
+def test_a_wrapper_finds_intel_mpi_under_i_mpi_root_when_path_has_none(tmp_path):
+    """An image whose script sources setvars.sh itself: PATH has no mpirun yet."""
+    root = tmp_path / "opt/intel/oneapi/mpi/2021.18"
+    install(root / "bin", "mpirun", "mpiexec.hydra", "hydra_bstrap_proxy", "impi_info")
+    env = {"PATH": str(install(tmp_path / "usr/bin", "bash")), "I_MPI_ROOT": str(root)}
+    found = recognise(["bash", "-c", "source setvars.sh && mpirun a.out"], env)
+    assert found is not None and found.mpi is Mpi.INTEL
+    assert found.describe() == (
+        f"Intel MPI via bash (mpirun under I_MPI_ROOT: {root}/bin/mpirun, impi_info next to it)"
+    )
+
+
+def test_a_launcher_named_as_command_is_not_looked_for_elsewhere(tmp_path):
+    """COMMAND names the launcher: that one is the MPI, or none is; PATH's mpirun is not."""
+    bin_dir = install(tmp_path / "ompi", "mpirun", "prterun", "prte", "prted")
+    assert recognise(["mpiexec.hydra", "true"], {"PATH": str(bin_dir)}) is None
 
 
 def test_a_launcher_name_not_on_path_is_not_recognised(tmp_path):
@@ -166,6 +240,13 @@ def test_an_interface_the_user_chose_is_never_overridden(tmp_path, layout, argv,
     h = plan(_launch(tmp_path, layout), argv, env, interface=ETH0)
     assert not any(c.name.endswith("IFACE") for c in h.changes)
     assert not any("IFACE" in n for n in h.notes)
+
+
+@pytest.mark.parametrize("layout", ["pypi-impi", "pypi-mpich5"])
+def test_an_interface_chosen_inside_a_wrapper_script_is_not_overridden(tmp_path, layout):
+    argv = ["bash", "-c", "cd /work; mpirun -iface ib0 -n 2 a.out"]
+    h = plan(_launch(tmp_path, layout), argv, {}, interface=ETH0)
+    assert h.changes == ()
 
 
 def test_unknown_interface_changes_nothing_and_says_so(tmp_path):
@@ -283,8 +364,9 @@ def run_mpiwait(*argv: str, path: Path | None = None, **env: str) -> testbed.Res
 
 @pytest.fixture
 def hydra(tmp_path):
-    """A bin directory with a stand-in MPICH hydra that prints the variables it was handed."""
-    bin_dir = install(tmp_path / "mpich/bin", "hydra_pmi_proxy")
+    """A bin directory with a stand-in MPICH hydra that prints the variables it was handed, and
+    a stand-in ssh."""
+    bin_dir = install(tmp_path / "mpich/bin", "hydra_pmi_proxy", "ssh")
     script = bin_dir / "mpiexec.hydra"
     script.write_text(
         "#!/bin/sh\n"
@@ -293,6 +375,7 @@ def hydra(tmp_path):
         'echo "args=$*"\n'
     )
     script.chmod(0o755)
+    (bin_dir / "mpiexec").symlink_to("mpiexec.hydra")  # what a wrapper's script runs
     return bin_dir
 
 
@@ -329,6 +412,41 @@ def test_hydra_keeps_the_interface_the_user_chose(hydra, worker):
     r = run_mpiwait(*common, "--", "mpiexec.hydra", "true", path=hydra, HYDRA_IFACE="eth9")
     assert "HYDRA_IFACE=eth9" in r.stdout.splitlines()
     assert "launch: HYDRA_IFACE" not in r.stderr
+
+
+WRAPPED = ["sh", "-c", 'echo starting; exec mpiexec -n 1 "$0"', "true"]
+
+
+def test_a_wrapper_command_hands_over_to_the_mpi_on_its_path(hydra, worker):
+    common = ["--hosts", "127.0.0.1", "--check", "tcp", "-p", worker, "--timeout", "30"]
+    r = run_mpiwait(*common, "--", *WRAPPED, path=hydra, HYDRA_LAUNCH_EXTRA_ARGS="-o X=1")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == [
+        "starting",
+        "HYDRA_IFACE=lo",
+        "HYDRA_LAUNCHER_EXTRA_ARGS=-o X=1",
+        "args=-n 1 true",
+    ]
+    started = f"; then MPICH via sh (mpiexec on PATH: {hydra}/mpiexec, hydra's launcher)\n"
+    assert started in r.stderr, r.stderr
+    assert r.stderr.count("mpiwait: launch: HYDRA_IFACE=lo (the interface the workers") == 1
+    # turned off, the wrapper's MPI is handed nothing, and the start line names none
+    r = run_mpiwait(*common, "--no-launch-env", "--", *WRAPPED, path=hydra)
+    assert r.returncode == 0, r.stderr
+    assert "HYDRA_IFACE=unset" in r.stdout.splitlines()
+    assert "launch:" not in r.stderr and "then MPICH" not in r.stderr, r.stderr
+    r = run_mpiwait(*common, "--", *WRAPPED, path=hydra, HYDRA_IFACE="eth9")
+    assert "HYDRA_IFACE=eth9" in r.stdout.splitlines()
+
+
+def test_dry_run_shows_a_wrappers_hand_over(hydra):
+    r = run_mpiwait("--hosts", "127.0.0.1", "--dry-run", "--", *WRAPPED, path=hydra)
+    assert r.returncode == 0, r.stderr
+    lines = [ln for ln in r.stdout.splitlines() if ln.startswith("# launch")]
+    assert lines == [
+        f"# launch: MPICH via sh (mpiexec on PATH: {hydra}/mpiexec, hydra's launcher)",
+        "# launch: HYDRA_IFACE=<interface> (the interface the workers answer on, once known)",
+    ]
 
 
 def test_check_dns_cannot_tell_the_interface_and_says_so(hydra):
@@ -384,13 +502,16 @@ def test_init_container_says_what_the_mpi_container_must_set(tmp_path, worker):
     os.path.exists("/etc/mpi/hostfile") or os.path.exists("/etc/mpi/discover_hosts.sh"),
     reason="this machine has mpi-operator's /etc/mpi files",
 )
-def test_trainer_v2_node_no_role_variable_no_hostfile_runs_its_command_at_once():
+def test_trainer_v2_node_no_role_variable_no_hostfile_runs_its_command_at_once(tmp_path):
     """A Trainer v2 node: no /etc/mpi, no K_MPI_JOB_ROLE, COMMAND sshd (here: echo)."""
     r = run_mpiwait("--timeout", "30", "--", "echo", "sshd", "-De")
     assert r.returncode == 0, r.stderr
     assert r.stdout == "sshd -De\n"
     assert "a worker (node) pod; nothing to wait for" in r.stderr, r.stderr
     # A launcher (its COMMAND starts MPI) without its hostfile is still a configuration error.
-    r = run_mpiwait("--timeout", "30", "--", "mpirun", "-n", "2", "hostname")
+    # Its own stand-in mpirun (Open MPI 4's layout) and ssh, so the verdict does not depend on
+    # what this machine has installed (without them, mpiwait rightly exits 127 first).
+    bin_dir = install(tmp_path / "ompi4", "orterun", "orted", "ssh", links={"mpirun": "orterun"})
+    r = run_mpiwait("--timeout", "30", "--", "mpirun", "-n", "2", "hostname", path=bin_dir)
     assert r.returncode == 2, r.stderr
     assert "no host source" in r.stderr

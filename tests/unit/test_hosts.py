@@ -22,7 +22,7 @@ from mpiwait.hosts.hostfile import (
     validate_host,
 )
 from mpiwait.hosts.selfname import SelfNames
-from mpiwait.hosts.sources import HostSources, Snapshot, rereader
+from mpiwait.hosts.sources import HostReader, HostSources, Snapshot
 from mpiwait.hosts.textfile import MAX_INPUT_BYTES, read_text_file
 
 SRC = "/etc/mpi/hostfile"
@@ -950,7 +950,8 @@ def test_read_parses_again_only_when_a_source_reads_differently(
 def test_rereader_keeps_the_last_good_list_while_a_source_fails(tmp_path: Path) -> None:
     hostfile = write(tmp_path / "hostfile", "w1\n")
     warnings: list[str] = []
-    read = rereader(sources(hostfile=hostfile, hostfile_explicit=True), ("w1",), warnings.append)
+    first = Snapshot((Host("w1", None, "test"),), (), ())
+    read = HostReader(sources(hostfile=hostfile, hostfile_explicit=True), first, warnings.append)
     write(hostfile, "w1\nw2\n")
     assert read() == (("w1", "w2"), (f"{hostfile} (2 hosts)",))
     write(hostfile, "w1\nw2\nw3 slots=x\n")  # caught mid-rewrite
@@ -967,5 +968,18 @@ def test_rereader_keeps_the_last_good_list_while_a_source_fails(tmp_path: Path) 
 def test_rereader_lists_this_machine_too(tmp_path: Path) -> None:
     # The waiter still waits for the launcher's own entry (its name must resolve).
     hostfile = write(tmp_path / "hostfile", "w1\npi-launcher\n")
-    read = rereader(sources(hostfile=hostfile), (), lambda _: None)
+    read = HostReader(sources(hostfile=hostfile), Snapshot((), (), ()), lambda _: None)
     assert read()[0] == ("w1", "pi-launcher")
+    # decided by the sources once, as a property of the host: no login, and this machine
+    assert read.skips_login("pi-launcher") and read.is_self("pi-launcher")
+    assert not read.skips_login("w1") and not read.is_self("w1")
+
+
+def test_reader_knows_this_machine_with_include_self(tmp_path: Path) -> None:
+    # --include-self: the launcher's entry is logged into, yet it is still this machine
+    # (the launch hands it over as such, and the interface is not learnt from it).
+    hostfile = write(tmp_path / "hostfile", "w1\npi-launcher\n")
+    snapshot = sources(hostfile=hostfile, include_self=True).read()
+    assert [h.is_self for h in snapshot.hosts] == [False, True]
+    read = HostReader(sources(hostfile=hostfile, include_self=True), snapshot, lambda _: None)
+    assert read.is_self("pi-launcher") and not read.skips_login("pi-launcher")

@@ -15,13 +15,13 @@ import testbed
 
 from mpiwait.errors import ExitCode, LaunchError
 from mpiwait.launch.command import (
-    MPI_LAUNCHERS,
     ROLE_VARIABLE,
     check_remote_agent,
     exec_command,
     find_command,
     worker_role,
 )
+from mpiwait.launch.launchers import launcher
 
 
 def _executable(path: Path, text: str = "#!/bin/sh\nexit 0\n") -> Path:
@@ -251,8 +251,25 @@ def test_an_ssh_launch_at_a_uid_with_a_passwd_entry_is_allowed(tmp_path: Path) -
     assert check_remote_agent(["mpirun"], {}, path=str(tmp_path), uid=0) is None
 
 
-def test_mpi_launchers_cover_the_common_ones() -> None:
-    assert {"mpirun", "mpiexec", "mpiexec.hydra", "orterun", "prterun"} <= MPI_LAUNCHERS
+@pytest.mark.parametrize(
+    ("command", "own", "ssh"),
+    [
+        ("mpirun", True, True),
+        ("/usr/bin/mpiexec.hydra", True, True),
+        ("prterun", True, True),
+        ("mpiexec.slurm-like", True, True),  # any mpiexec.*: its install tells the MPI
+        ("horovodrun", False, True),  # builds mpirun's command line, ssh's `true` first
+        ("deepspeed", False, False),  # mpirun, mpiexec or pdsh: by --launcher
+    ],
+)
+def test_the_launcher_table(command: str, own: bool, ssh: bool) -> None:
+    entry = launcher(command)
+    assert entry is not None and (entry.own, entry.ssh) == (own, ssh)
+
+
+@pytest.mark.parametrize("command", ["bash", "python3", "/bin/sh", "sshd", "mpirun-wrapper"])
+def test_any_other_command_is_a_wrapper(command: str) -> None:
+    assert launcher(command) is None
 
 
 # --- exec_command (only failing execs in-process) ------------------------------------------

@@ -8,10 +8,10 @@ import socket
 import pytest
 
 from mpiwait.openssh.config import SSHTarget
-from mpiwait.probe.attempt import ProbeConfig, Prober
+from mpiwait.probe.attempt import Prober
 from mpiwait.probe.lookup import LookupTimeout, ResolverBusy
 from mpiwait.probe.outcome import Outcome, Stage, Status
-from mpiwait.settings import Check
+from mpiwait.settings import Check, ProbeOptions
 
 TARGET = SSHTarget(
     host="w1",
@@ -57,7 +57,7 @@ def test_a_failed_lookup_is_a_dns_retry_naming_why(
     exc: BaseException, reason: str, detail: str
 ) -> None:
     prober = Prober(
-        ProbeConfig(Check.DNS, connect_timeout=2.5),
+        ProbeOptions(Check.DNS, connect_timeout=2.5),
         _Targets(),  # type: ignore[arg-type]
         lookups=_Failing(exc),  # type: ignore[arg-type]
     )
@@ -66,7 +66,7 @@ def test_a_failed_lookup_is_a_dns_retry_naming_why(
 
 def test_any_other_lookup_error_is_not_swallowed() -> None:
     prober = Prober(
-        ProbeConfig(Check.DNS, connect_timeout=2.5),
+        ProbeOptions(Check.DNS, connect_timeout=2.5),
         _Targets(),  # type: ignore[arg-type]
         lookups=_Failing(RuntimeError("bug")),  # type: ignore[arg-type]
     )

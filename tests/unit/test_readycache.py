@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 
 import pytest
 
+from mpiwait.cli import resolve
 from mpiwait.modes import readycache
 from mpiwait.modes.readycache import Entry, ReadyCache
+from mpiwait.settings import Settings
+from mpiwait.wait.runner import run_all
 
 
 def _entry(at: float = 100.0) -> Entry:
@@ -129,7 +133,6 @@ def test_hosts_due_for_a_login_come_due_together() -> None:
 
 def test_what_invalidates_the_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from mpiwait.modes import list_ready
-    from mpiwait.settings import Settings
 
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
@@ -137,11 +140,11 @@ def test_what_invalidates_the_memory(tmp_path: Path, monkeypatch: pytest.MonkeyP
     key.write_text("key one")
     config = tmp_path / "ssh_config"
     config.write_text("Host *\n  Port 2222\n")
-    monkeypatch.setattr(list_ready, "_home", lambda environ: str(home))
     settings = Settings(ssh_config=config)
 
-    def key_now() -> str:
-        return list_ready._settings_key(settings, {})
+    def key_now(**options: object) -> str:
+        probe = resolve(dataclasses.replace(settings, **options)).probe  # type: ignore[arg-type]
+        return list_ready._settings_key(probe, str(home))
 
     first = key_now()
     (home / ".ssh" / "known_hosts").write_text("w1 ssh-ed25519 AAAA\n")  # ssh's own writes
@@ -151,15 +154,12 @@ def test_what_invalidates_the_memory(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert second != first
     config.write_text("Host *\n  Port 22\n")
     assert key_now() != second
-    assert list_ready._settings_key(Settings(ssh_config=config, port=22), {}) != key_now()
+    assert key_now(port=22) != key_now()
 
 
 def test_list_ready_runs_hosts_in_parallel_and_leaves_out_the_slow_ones() -> None:
     import threading
     import time
-
-    from mpiwait.modes import list_ready
-    from mpiwait.settings import Settings
 
     release = threading.Event()
     running: list[int] = []
@@ -179,7 +179,7 @@ def test_list_ready_runs_hosts_in_parallel_and_leaves_out_the_slow_ones() -> Non
 
     hosts = ["stuck", *(f"h{i}" for i in range(20))]
     began = time.monotonic()
-    got = list_ready._run_all(check, hosts, Settings(parallel=4, probe_rate=0), budget=1.0)
+    got = run_all(check, hosts, parallel=4, rate=0, budget=1.0, on_error=repr)
     took = time.monotonic() - began
     release.set()
     assert got == {h: h.upper() for h in hosts if h != "stuck"}  # the stuck one left out
@@ -190,27 +190,24 @@ def test_list_ready_runs_hosts_in_parallel_and_leaves_out_the_slow_ones() -> Non
 def test_start_window_allows_probe_rate_starts_in_any_second() -> None:
     """--probe-rate as README states it: at most that many starts in any second (Horovod's
     64 known hosts start at once), never more, and a rate under 1/s spaces single starts."""
-    from mpiwait.modes.list_ready import _StartWindow
+    from mpiwait.wait.runner import StartWindow
 
-    w = _StartWindow(200)
+    w = StartWindow(200)
     assert all(w.take(10.0) for _ in range(200))  # 200 at once: within "200 per second"
     assert not w.take(10.5)  # the 201st within the same second waits
     assert w.next_free() == 11.0
     assert w.take(11.0)
-    slow = _StartWindow(0.5)
+    slow = StartWindow(0.5)
     assert slow.take(0.0)
     assert not slow.take(1.9)
     assert slow.next_free() == 2.0 and slow.take(2.0)
-    unlimited = _StartWindow(0)
+    unlimited = StartWindow(0)
     assert all(unlimited.take(0.0) for _ in range(10_000))
 
 
 def test_run_all_starts_no_more_than_probe_rate_in_a_second() -> None:
     import threading
     import time
-
-    from mpiwait.modes import list_ready
-    from mpiwait.settings import Settings
 
     starts: list[float] = []
     lock = threading.Lock()
@@ -222,7 +219,7 @@ def test_run_all_starts_no_more_than_probe_rate_in_a_second() -> None:
 
     hosts = [f"h{i}" for i in range(15)]
     began = time.monotonic()
-    got = list_ready._run_all(check, hosts, Settings(parallel=4, probe_rate=10), budget=30.0)
+    got = run_all(check, hosts, parallel=4, rate=10, budget=30.0, on_error=repr)
     assert got == {h: h for h in hosts}
     starts.sort()
     # The 11th is handed out a second after the first at the earliest (both after `began`).

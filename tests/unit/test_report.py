@@ -11,18 +11,13 @@ import tty
 from pathlib import Path
 
 import pytest
+import testbed
 
-from mpiwait.output.report import (
-    NAMES_PER_GROUP,
-    PER_HOST_LINES_UP_TO,
-    PREFIX,
-    TERMINATION_LOG_BYTES,
-    Reporter,
-    group_not_ready,
-    print_plan,
-    summary_lines,
-    write_termination_log,
-)
+from mpiwait.output.groups import NAMES_PER_GROUP, group_not_ready
+from mpiwait.output.plans import print_plan
+from mpiwait.output.report import Reporter
+from mpiwait.output.termination import TERMINATION_LOG_BYTES, write_termination_log
+from mpiwait.output.text import PER_HOST_LINES_UP_TO, PREFIX, summary_lines
 from mpiwait.probe.outcome import Outcome, Stage, Status
 from mpiwait.settings import LogFormat
 from mpiwait.wait.events import (
@@ -46,6 +41,7 @@ def lines(rep: Reporter) -> list[str]:
 
 
 def records(rep: Reporter) -> list[dict]:
+    testbed.check_json_log("", rep.stream.getvalue())  # type: ignore[attr-defined]
     return [json.loads(line) for line in lines(rep)]
 
 
@@ -244,7 +240,8 @@ def test_last_ready_always_reported_even_when_throttled() -> None:
 
 def test_no_line_per_failed_attempt() -> None:
     """Through the real waiting loop: 40 refused attempts at one host make one line, not 40."""
-    from mpiwait.wait.loop import WaitPolicy, wait_for_hosts
+    from mpiwait.wait.loop import wait_for_hosts
+    from mpiwait.wait.policy import Budget, RetryPolicy, WaitPolicy
 
     refused = Outcome(Status.RETRY, Stage.TCP, "refused", "port 22: refused")
     ready = Outcome(Status.READY, Stage.READY, "")
@@ -283,10 +280,8 @@ def test_no_line_per_failed_attempt() -> None:
         runner=runner,
         policy=WaitPolicy(
             timeout=0,
-            retry_initial=0.01,
-            retry_max=0.05,
-            parallel=4,
-            probe_rate=0,
+            budget=Budget(parallel=4, rate=0),
+            retry=RetryPolicy(0.01, 0.05, 0.05, 0.02, 0.1, 20.0, 10.0),
             reread_interval=1.0,
             permanent_after=3,
             status_interval=math.inf,
@@ -360,6 +355,7 @@ def test_json_fields() -> None:
     assert (start["check"], start["timeout"], start["notes"]) == ("ssh", 600.0, ["a note"])
     assert (added["hosts"], added["total"]) == (["w3", "w4"], 5)
     assert host == {
+        "schema_version": 1,
         "time": host["time"],
         "event": "host",
         "elapsed": 1.25,
@@ -678,17 +674,15 @@ def test_json_waiting_record_is_bounded_at_1000_hosts() -> None:
 
 
 def plan(tmp_path: Path, config: str, **settings: object) -> list[str]:
-    from mpiwait.hosts.sources import Host, Snapshot
-    from mpiwait.probe.attempt import prober_for
-    from mpiwait.probe.lookup import lookup_pool
+    from mpiwait.cli import resolve
+    from mpiwait.modes.dry_run import host_plans
     from mpiwait.settings import Settings
 
     cfg = tmp_path / "ssh_config"
     cfg.write_text(config)
-    prober = prober_for(Settings(ssh_config=cfg, **settings), lookup_pool(1))  # type: ignore[arg-type]
-    snapshot = Snapshot((Host("w1", None, "--hosts"),), ("launcher",), ("--hosts (2 hosts)",))
+    run = resolve(Settings(ssh_config=cfg, **settings))  # type: ignore[arg-type]
     out = io.StringIO()
-    print_plan(prober, snapshot, out)
+    print_plan(host_plans(run, ("w1",)), ("--hosts (2 hosts)",), ("launcher",), out)
     return out.getvalue().splitlines()
 
 

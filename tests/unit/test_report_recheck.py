@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 
+import testbed
+
 from mpiwait.output.report import Reporter
 from mpiwait.probe.outcome import Stage
 from mpiwait.settings import LogFormat
@@ -17,6 +19,7 @@ def _out(*events, log_format=LogFormat.TEXT, quiet=False) -> list[str]:
     rep = Reporter(log_format, quiet, stream=io.StringIO())
     for event in events:
         rep(event)
+    testbed.check_json_log("", rep.stream.getvalue())  # type: ignore[attr-defined]
     return rep.stream.getvalue().splitlines()  # type: ignore[attr-defined]
 
 

@@ -19,7 +19,7 @@ import pytest
 import testbed
 
 from mpiwait.errors import InputError
-from mpiwait.openssh.config import LocalUser, SSHResolver, SSHTarget
+from mpiwait.openssh.config import LocalUser, SSHConfig, SSHTarget
 
 GLOBAL_KNOWN = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
 
@@ -88,14 +88,14 @@ def environ(home: Path) -> dict[str, str]:
 
 @pytest.fixture
 def make(home: Path, etc: Path, local: LocalUser, environ: dict[str, str]):
-    def make(user_cfg: str | None = None, system_cfg: str | None = None, **kwargs) -> SSHResolver:
+    def make(user_cfg: str | None = None, system_cfg: str | None = None, **kwargs) -> SSHConfig:
         if user_cfg is not None:
             write(home / ".ssh" / "config", user_cfg)
         if system_cfg is not None:
             write(etc / "ssh_config", system_cfg)
         kwargs.setdefault("local_user", local)
         kwargs.setdefault("environ", environ)
-        return SSHResolver(system_config=etc / "ssh_config", **kwargs)
+        return SSHConfig(system_config=etc / "ssh_config", **kwargs)
 
     return make
 
@@ -140,7 +140,7 @@ def test_config_is_read_once(make, etc: Path) -> None:
 def test_importing_the_module_does_not_import_paramiko() -> None:
     code = (
         "import sys\nfrom pathlib import Path\nimport mpiwait.openssh.config as s\n"
-        "s.SSHResolver(config_path=Path('/dev/null')).resolve('w')\n"
+        "s.SSHConfig(config_path=Path('/dev/null')).resolve('w')\n"
         "assert 'paramiko' not in sys.modules, 'paramiko imported'\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[2])
@@ -702,7 +702,7 @@ def test_resolver_without_passwd_entry_never_asks_getpass(
     monkeypatch.setattr(pwd, "getpwuid", _no_passwd_entry)
     monkeypatch.setattr(getpass, "getuser", fail)
     write(etc / "ssh_config", "Host x\n  Port 1\nMatch localuser *\n  IdentityFile ~/.ssh/%u\n")
-    r = SSHResolver(system_config=etc / "ssh_config", environ={"HOME": str(tmp_path)})
+    r = SSHConfig(system_config=etc / "ssh_config", environ={"HOME": str(tmp_path)})
     t = r.resolve("w")
     uid = str(os.getuid())
     assert t.user == uid
@@ -782,7 +782,7 @@ def test_same_answers_as_ssh_dash_g(tmp_path: Path) -> None:
     policy = {"true": "yes", "false": "no", "ask": "yes", "accept-new": "accept-new"}
     for n, (text, hosts) in enumerate(differential_configs(tmp_path, local.name)):
         config = write(tmp_path / f"c{n}", text)
-        resolver = SSHResolver(config_path=config, local_user=local)
+        resolver = SSHConfig(config_path=config, local_user=local)
         for host in hosts:
             lines = ssh_g(config, host)
             want: dict[str, str] = {}

@@ -11,6 +11,13 @@ import pytest
 
 from mpiwait.errors import Interrupted
 from mpiwait.probe.outcome import Outcome, Stage, Status
+from mpiwait.settings import (
+    BACKOFF_DOUBLING,
+    BACKOFF_GRACE,
+    RETRY_FLOOR_DNS,
+    RETRY_FLOOR_SSH,
+    RETRY_FLOOR_TCP,
+)
 from mpiwait.wait.events import (
     End,
     HostChanged,
@@ -20,7 +27,8 @@ from mpiwait.wait.events import (
     Rechecking,
     StillWaiting,
 )
-from mpiwait.wait.loop import WaitPolicy, wait_for_hosts
+from mpiwait.wait.loop import wait_for_hosts
+from mpiwait.wait.policy import Budget, RetryPolicy, WaitPolicy
 from mpiwait.wait.schedule import Schedule
 
 READY = Outcome(Status.READY, Stage.READY, "ready")
@@ -68,17 +76,45 @@ class FakeRunner:
 
 
 def policy(**kw) -> WaitPolicy:
-    base = dict(
-        timeout=60.0,
-        retry_initial=0.1,
-        retry_max=2.0,
-        parallel=64,
-        probe_rate=0,
-        reread_interval=1.0,
-        permanent_after=3,
+    """A policy from flat keywords (the options' names), the rest as in a default run."""
+    get = {
+        "timeout": 60.0,
+        "retry_initial": 0.1,
+        "retry_max": 2.0,
+        "parallel": 64,
+        "probe_rate": 0,
+        "reread_interval": 1.0,
+        "permanent_after": 3,
+        "status_interval": math.inf,
+        "recheck_after": math.inf,
+        "floor_dns": RETRY_FLOOR_DNS,
+        "floor_tcp": RETRY_FLOOR_TCP,
+        "floor_ssh": RETRY_FLOOR_SSH,
+        "backoff_grace": BACKOFF_GRACE,
+        "backoff_doubling": BACKOFF_DOUBLING,
+        "follow_budget": True,
+    }
+    unknown = set(kw) - set(get)
+    assert not unknown, unknown
+    get.update(kw)
+    return WaitPolicy(
+        timeout=get["timeout"],
+        budget=Budget(get["parallel"], get["probe_rate"]),
+        retry=RetryPolicy(
+            initial=get["retry_initial"],
+            maximum=get["retry_max"],
+            floor_dns=get["floor_dns"],
+            floor_tcp=get["floor_tcp"],
+            floor_ssh=get["floor_ssh"],
+            grace=get["backoff_grace"],
+            doubling=get["backoff_doubling"],
+            follow_budget=get["follow_budget"],
+        ),
+        reread_interval=get["reread_interval"],
+        permanent_after=get["permanent_after"],
+        status_interval=get["status_interval"],
+        recheck_after=get["recheck_after"],
     )
-    base.update(kw)
-    return WaitPolicy(**base)
 
 
 def run(hosts, probe, *, read=None, runner=None, seed=1, **kw):
@@ -264,7 +300,8 @@ def test_a_thousand_hosts_run_quickly_under_the_fake_clock():
 
 
 def _schedule(seed: int = 1, **kw) -> Schedule:
-    return Schedule(policy(**kw).retry(), random.Random(seed))
+    p = policy(**kw)
+    return Schedule(p.retry, p.budget.rate, random.Random(seed))
 
 
 def test_a_lone_missing_host_waits_exactly_its_stage_floor():
@@ -477,3 +514,50 @@ def test_an_envelope_set_by_hand_is_plain_full_jitter_backoff_as_before():
     assert all(gap <= 2.0 + 0.01 + 1e-9 for gap in gaps)
     assert min(gaps) < 0.02  # full jitter reaches below the floors
     assert 60 < len(times) < 400
+
+
+def test_the_schedule_retries_only_what_did_not_pass_and_stops_at_the_deadline():
+    s = Schedule(policy().retry, 200, random.Random(1), deadline=10.0)
+    state = s.state(since=0.0)
+    common = {"attempts": 3, "since": 0.0, "missing": 1}
+    assert s.next_delay(state, READY, now=5.0, **common) is None  # passed: not retried
+    assert s.next_delay(state, REFUSED, now=5.0, **common) == pytest.approx(0.02)  # its floor
+    # an attempt that would start at or past the deadline is not scheduled (the loop would
+    # never start it): stop_before_delay against the wait's deadline
+    assert s.next_delay(state, REFUSED, now=9.99, **common) is None
+    assert s.next_delay(state, REFUSED, now=9.97, **common) == pytest.approx(0.02)
+
+
+# --- per-source penalties (OpenSSH 9.8+) ----------------------------------------------------
+
+PENALISED = Outcome(Status.RETRY, Stage.SSH, "penalty", "Not allowed at this time", pace=1.5)
+ABORTED = Outcome(Status.RETRY, Stage.SSH, "no-banner", "no SSH banner", pace=1.5)
+
+
+def test_an_attempt_ended_before_authentication_is_followed_no_sooner_than_its_pace():
+    result, _, runner = run(["a"], lambda h, t: ABORTED, timeout=30)
+    assert result.end is End.TIMEOUT
+    times = [t for t, _ in runner.starts]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert min(gaps) >= 1.5  # the floor alone (0.1 s) would try it ~10 times a second
+    assert len(times) <= 30 / 1.5 + 1
+
+
+def test_drops_after_a_rejected_key_continue_the_rejections_and_say_why():
+    # rejected, then sshd refuses the address for the rejection (authfail): exit as for three
+    # rejections, soon, instead of waiting the penalty (>= 15 s) out
+    result, _, runner = run(["a"], lambda h, t: REJECTED if t < 0.02 else PENALISED)
+    assert result.end is End.PERMANENT
+    assert len(runner.starts) == 3
+    assert result.elapsed < 15
+    assert result.failed is not None and result.failed.reason == "auth-rejected"
+    assert "Permission denied" in result.failed.detail
+    assert "PerSourcePenalties" in result.failed.detail
+    assert result.hint == "fix keys"
+
+
+def test_drops_without_a_rejection_are_waited_out():
+    # penalised by something else (another client, an earlier run): time fixes it
+    result, _, _ = run(["a"], lambda h, t: READY if t > 20 else PENALISED)
+    assert result.end is End.READY
+    assert result.elapsed > 20

@@ -1,0 +1,88 @@
+"""What the wait and --dry-run share: the MPI COMMAND launches, the first reading of the host
+sources, and what the launch is handed."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from mpiwait.hosts.sources import HostSources, Snapshot
+from mpiwait.launch.command import ROLE_VARIABLE, exec_command, is_mpi_launcher
+from mpiwait.output.report import Reporter
+from mpiwait.settings import Run
+
+if TYPE_CHECKING:  # imported only on the paths that use them
+    from mpiwait.launch.handover import Handover, Interface, Launch
+
+NO_SOURCE_HINT = (
+    "an initContainer must mount the mpi-job-config volume at /etc/mpi itself; "
+    "or pass --hostfile / --hosts"
+)
+
+
+def recognise_launch(run: Run, environ: Mapping[str, str], reporter: Reporter) -> Launch | None:
+    """The MPI that COMMAND launches, when mpiwait is to hand it what the wait learned."""
+    if not run.command or not run.launch_env:
+        return None
+    from mpiwait.launch.handover import recognise
+    from mpiwait.launch.launchers import launcher
+
+    launch = recognise(run.command, environ)
+    own = launcher(run.command[0])
+    if launch is None and own is not None and own.own:
+        reporter.info(
+            f"launch: which MPI {run.command[0]} belongs to could not be told; "
+            "its environment is left as it is"
+        )
+    return launch
+
+
+def read_first(run: Run, sources: HostSources, reporter: Reporter) -> Snapshot:
+    """The sources' first reading; with none at all, either a node pod (exec) or an error."""
+    first = sources.read()
+    if not sources.found_none(first):
+        return first
+    if not _is_node(run):
+        raise sources.no_source_error(NO_SOURCE_HINT)
+    # Kubeflow Trainer v2 mounts the hostfile in the launcher only and sets no role variable:
+    # a pod with neither, whose COMMAND starts no MPI launch (sshd), is a node. A launcher
+    # (its COMMAND is mpirun) without its hostfile is still an error.
+    reporter.info(
+        f"no {sources.hostfile}, no {sources.discover} and no {ROLE_VARIABLE}, "
+        f"and {os.path.basename(run.command[0])} is no MPI launcher: a worker "
+        "(node) pod; nothing to wait for"
+    )
+    exec_command(run.command)
+
+
+def _is_node(run: Run) -> bool:
+    """No host source named by the user, and a COMMAND that starts no MPI."""
+    return bool(
+        run.command
+        and not run.sources.hostfile_explicit
+        and not run.sources.discover_explicit
+        and not is_mpi_launcher(run.command[0])
+    )
+
+
+def handover_plan(
+    run: Run,
+    environ: Mapping[str, str],
+    launch: Launch,
+    interface: Interface | None,
+    self_entries: tuple[str, ...],
+) -> Handover:
+    """What the launch is handed; ``interface`` None: not known (a dry run connects nowhere)."""
+    import socket
+
+    from mpiwait.launch.handover import plan
+
+    return plan(
+        launch,
+        run.command,
+        environ,
+        interface=interface,
+        self_entries=self_entries,
+        hostname=socket.gethostname(),
+    )

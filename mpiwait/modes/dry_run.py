@@ -1,0 +1,74 @@
+"""``mpiwait --dry-run``: the hosts, each one's SSH settings and what an MPI launch would be
+handed, on stdout; nothing is connected to and nothing is run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from mpiwait.errors import ExitCode
+from mpiwait.hosts.sources import HostSources
+from mpiwait.launch.command import ROLE_VARIABLE, worker_role
+from mpiwait.modes.common import handover_plan, read_first, recognise_launch
+from mpiwait.output.plans import (
+    HostPlan,
+    print_launch_plan,
+    print_plan,
+    print_plan_json,
+    print_worker_plan,
+    print_worker_plan_json,
+)
+from mpiwait.output.report import Reporter
+from mpiwait.settings import LogFormat, Run
+
+
+def dry_run(run: Run, environ: Mapping[str, str]) -> int:
+    """Print the plan (text, or one JSON object) and return 0; raise MpiwaitError for bad
+    input."""
+    reporter = Reporter(run.output.log_format, run.output.quiet)
+    as_json = run.output.log_format is LogFormat.JSON
+    role = worker_role(environ)
+    if role is not None:
+        show = print_worker_plan_json if as_json else print_worker_plan
+        show(f"{ROLE_VARIABLE}={role}", run.command)
+        return ExitCode.OK
+    launch = recognise_launch(run, environ, reporter)
+    sources = HostSources.from_options(run.sources, environ)
+    first = read_first(run, sources, reporter)
+    hosts = host_plans(run, first.names)
+    launch_plan = None
+    if launch is not None:
+        handover = handover_plan(run, environ, launch, None, first.skipped_self)
+        launch_plan = (launch.describe(), handover.lines())
+    if as_json:
+        print_plan_json(hosts, first.sources, first.skipped_self, launch_plan)
+        return ExitCode.OK
+    print_plan(hosts, first.sources, first.skipped_self)
+    if launch_plan is not None:
+        print_launch_plan(*launch_plan)
+    return ExitCode.OK
+
+
+def host_plans(run: Run, names: tuple[str, ...]) -> list[HostPlan]:
+    """Each host's settings as the probe will use them."""
+    from mpiwait.probe.attempt import prober_for
+    from mpiwait.probe.keys import present_identity_files
+    from mpiwait.probe.lookup import lookup_pool
+
+    _, prober = prober_for(run.probe, lookup_pool(run.wait.budget.parallel))
+    plans = []
+    for name in names:
+        target = prober.target(name)
+        plans.append(
+            HostPlan(
+                name=name,
+                address=target.address,
+                port=target.port,
+                user=target.user,
+                identity_files=present_identity_files(
+                    target.identity_files, defaults=target.identities_default
+                ),
+                strict_host_key_checking=target.strict_host_key_checking,
+                connect_timeout=prober.timeout_for(target),
+            )
+        )
+    return plans

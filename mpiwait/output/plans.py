@@ -1,0 +1,115 @@
+"""What ``--dry-run`` prints on stdout (the one output that is asked for, so not on stderr):
+each host's SSH settings, what an MPI launch would be handed, or a worker's exec; as text, or
+with ``--log-format json`` as one JSON object (event ``plan``)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """One host's settings as the probe will use them."""
+
+    name: str
+    address: str
+    port: int
+    user: str
+    identity_files: tuple[str, ...]  # those ssh will find (or that were named with -i)
+    strict_host_key_checking: str
+    connect_timeout: float
+
+
+def print_plan(
+    hosts: Sequence[HostPlan],
+    sources: tuple[str, ...],
+    skipped_self: tuple[str, ...],
+    out: TextIO | None = None,
+) -> None:
+    """Each host's address, port, user and the keys ssh will try."""
+    out = out if out is not None else sys.stdout
+    out.write(f"# {len(hosts)} hosts from: {'; '.join(sources) or 'no source'}\n")
+    if skipped_self:
+        out.write(
+            f"# this machine: {', '.join(skipped_self)} (no login; only its name must resolve)\n"
+        )
+    for host in hosts:
+        out.write(
+            f"{host.name} address={host.address} port={host.port} user={host.user} "
+            f"identity={','.join(host.identity_files) or '(none found)'} "
+            f"strict_host_key_checking={host.strict_host_key_checking} "
+            f"connect_timeout={host.connect_timeout:g}\n"
+        )
+    out.flush()
+
+
+def print_launch_plan(description: str, lines: Iterable[str], out: TextIO | None = None) -> None:
+    """With an MPI COMMAND: which MPI, and what the launch would be handed."""
+    out = out if out is not None else sys.stdout
+    out.write(f"# launch: {description}\n")
+    out.write("".join(f"# {line}\n" for line in lines))
+    out.flush()
+
+
+def print_worker_plan(role_line: str, command: tuple[str, ...], out: TextIO | None = None) -> None:
+    """On a worker: mpiwait would wait for no one, only exec COMMAND (or exit)."""
+    import shlex
+
+    out = out if out is not None else sys.stdout
+    out.write(f"# {role_line}: not waiting for any host\n")
+    out.write(f"exec {shlex.join(command)}\n" if command else "exit 0\n")
+    out.flush()
+
+
+def print_plan_json(
+    hosts: Sequence[HostPlan],
+    sources: tuple[str, ...],
+    skipped_self: tuple[str, ...],
+    launch: tuple[str, list[str]] | None,
+    out: TextIO | None = None,
+) -> None:
+    """The launcher's plan as one JSON object: hosts, and the launch (which MPI, what it is
+    handed) when COMMAND is an MPI launcher."""
+    from mpiwait.output.jsonl import json_record
+
+    out = out if out is not None else sys.stdout
+    record = json_record(
+        "plan",
+        role=None,
+        hosts=[
+            {
+                "host": h.name,
+                "address": h.address,
+                "port": h.port,
+                "user": h.user,
+                "identity": list(h.identity_files),
+                "strict_host_key_checking": h.strict_host_key_checking,
+                "connect_timeout": h.connect_timeout,
+            }
+            for h in hosts
+        ],
+        sources=list(sources),
+        skipped_self=list(skipped_self),
+        launch={"mpi": launch[0], "changes": launch[1]} if launch else None,
+        exec=None,
+    )
+    out.write(record + "\n")
+    out.flush()
+
+
+def print_worker_plan_json(
+    role_line: str, command: tuple[str, ...], out: TextIO | None = None
+) -> None:
+    """On a worker, as one JSON object: no hosts, only what it would exec."""
+    from mpiwait.output.jsonl import json_record
+
+    out = out if out is not None else sys.stdout
+    record = json_record(
+        "plan", role=role_line, hosts=[], sources=[], skipped_self=[], launch=None,
+        exec=list(command) or None,
+    )  # fmt: skip
+    out.write(record + "\n")
+    out.flush()
