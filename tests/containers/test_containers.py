@@ -120,7 +120,9 @@ def build_image(
         [*argv, "--", "--network", "host", *docker_args],
         env=engine.env, capture_output=True, text=True, timeout=3600,
     )  # fmt: skip
-    assert p.returncode == 0, f"{' '.join(argv)}: exit {p.returncode}\n{p.stderr[-4000:]}"
+    assert p.returncode == 0, (
+        f"{' '.join(argv)}: exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    )
     return p.stdout
 
 
