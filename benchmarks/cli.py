@@ -7,6 +7,9 @@ Scenarios (names for --scenarios):
   startup  3. start-up overhead with 4 ready hosts; --version, --help, the worker role
   load     4. 50 hosts down for 30 s then up: lookups, connects, logins, peak probes/s
   listready 5. mpiwait --list-ready over 64 ready hosts, called once a second as Horovod does
+  gapscale 6. launch gap against job size: 8, 64, 400, 1000 workers, the last one 60 s late
+              (past the re-check bound), mpiwait only; CPU and logins per ready worker while
+              waiting
 
 Writes benchmarks/results/<date-time>/ (results.json, results.md, table.txt, and with --chart
 launch-gap.png); --publish also copies the Markdown (and chart) to benchmarks/RESULTS.md.
@@ -34,7 +37,7 @@ from benchmarks.peers import ALL as ALL_METHODS
 from benchmarks.peers import BEFORE
 from benchmarks.peers import base as base_method
 
-SCENARIOS = ("gap", "gap64", "scale", "startup", "load", "listready")
+SCENARIOS = ("gap", "gap64", "scale", "startup", "load", "listready", "gapscale")
 QUICK_GAP_METHODS = ("mpiwait", "dns-entrypoint", "parallel-openssh")  # no 10-s sleeps
 
 
@@ -60,8 +63,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--scenarios",
         type=_csv,
-        default=list(SCENARIOS),
-        help=f"comma-separated, from {','.join(SCENARIOS)} (default: all)",
+        default=[s for s in SCENARIOS if s != "gapscale"],
+        help=f"comma-separated, from {','.join(SCENARIOS)} (default: all but gapscale, "
+        "which takes about 5 minutes a repetition and variant)",
     )
     ap.add_argument(
         "--methods",
@@ -91,6 +95,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=10.0,
         help="seconds over which the workers of gap start (default 10)",
+    )
+    ap.add_argument(
+        "--gap-sizes",
+        type=lambda s: [int(x) for x in _csv(s)],
+        default=None,
+        help="workers in gapscale (default 8,64,400,1000; --quick: 8,64)",
+    )
+    ap.add_argument(
+        "--gap-late",
+        type=float,
+        default=60.0,
+        help="seconds until the last worker of gapscale accepts (default 60)",
     )
     ap.add_argument("--load-hosts", type=int, default=50, help="hosts in load (default 50)")
     ap.add_argument(
@@ -149,6 +165,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         ap.error("--reps must be at least 1")
     if args.sizes is None:
         args.sizes = [10, 50] if args.quick else [10, 100, 300, 1000]
+    if args.gap_sizes is None:
+        args.gap_sizes = [8, 64] if args.quick else [8, 64, 400, 1000]
     if args.gap_large is None:
         args.gap_large = 16 if args.quick else 64
     return args
@@ -230,8 +248,8 @@ def _preflight(args: argparse.Namespace) -> str | None:
         return f"the test bed cannot run here: {problem}"
     if {"gap", "gap64", "load"} & set(args.scenarios) and shutil.which("mpirun") is None:
         return "Open MPI's mpirun is needed for gap and load (apt-get install openmpi-bin)"
-    if "load" in args.scenarios and shutil.which("iptables") is None:
-        return "iptables is needed for load (apt-get install iptables)"
+    if {"load", "gapscale"} & set(args.scenarios) and shutil.which("iptables") is None:
+        return "iptables is needed for load and gapscale (apt-get install iptables)"
     return None
 
 
@@ -293,7 +311,14 @@ def main(argv: list[str] | None = None) -> int:
     def save() -> None:
         (out / "results.json").write_text(json.dumps({"scenarios": results}, indent=1))
 
-    from benchmarks import s1_launch_gap, s2_scale, s3_startup, s4_load, s5_list_ready
+    from benchmarks import (
+        s1_launch_gap,
+        s2_scale,
+        s3_startup,
+        s4_load,
+        s5_list_ready,
+        s6_gap_scale,
+    )
 
     if "gap" in args.scenarios:
         s1_launch_gap.SPREAD = args.spread
@@ -329,6 +354,10 @@ def main(argv: list[str] | None = None) -> int:
     if "listready" in args.scenarios and "mpiwait" in methods:
         results.append(s5_list_ready.run(ctx))
         save()
+    if "gapscale" in args.scenarios and "mpiwait" in methods:
+        s6_gap_scale.LATE = args.gap_late
+        results.append(s6_gap_scale.run(ctx, sizes=args.gap_sizes, methods=ctx.mpiwait_variants()))
+        save()
 
     meta = {
         "date": time.strftime("%Y-%m-%d %H:%M %Z"),
@@ -353,6 +382,8 @@ def main(argv: list[str] | None = None) -> int:
         }
     tg = report.targets(results, settings)
     chart = report.chart(results, out / "launch-gap.png") if args.chart else None
+    if args.chart:
+        report.chart_scale(results, out / "launch-gap-scale.png")
     if args.chart and chart is None:
         log("no chart: matplotlib is not installed (pip install matplotlib)")
     md = report.markdown(meta, results, tg, chart)
@@ -369,8 +400,9 @@ def main(argv: list[str] | None = None) -> int:
         latest.symlink_to(out.name)
     if args.publish:
         (REPO / "benchmarks" / "RESULTS.md").write_text(md)
-        if chart is not None:
-            shutil.copyfile(chart, REPO / "benchmarks" / chart.name)
+        for drawn in (chart, out / "launch-gap-scale.png"):
+            if drawn is not None and drawn.exists():
+                shutil.copyfile(drawn, REPO / "benchmarks" / drawn.name)
     print(table)
     print(
         f"\nwritten: {out}/results.json, results.md, table.txt"

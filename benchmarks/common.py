@@ -391,6 +391,25 @@ def sshd_logins(log_text: str) -> tuple[int, dict[str, int]]:
     return total, per
 
 
+def sshd_per_address(log_text: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Connections and logins per destination address in an sshd log (LogLevel VERBOSE); a
+    connection without a login closed before authenticating."""
+    dest_of: dict[str, list[str]] = {}
+    connections: dict[str, int] = {}
+    logins: dict[str, int] = {}
+    for line in log_text.splitlines():
+        m = _CONN.search(line)
+        if m:
+            dest_of.setdefault(m.group(2), []).append(m.group(3))
+            connections[m.group(3)] = connections.get(m.group(3), 0) + 1
+            continue
+        m = _ACCEPTED.search(line)
+        if m and dest_of.get(m.group(2)):
+            dest = dest_of[m.group(2)].pop(0)
+            logins[dest] = logins.get(dest, 0) + 1
+    return connections, logins
+
+
 class LogTail:
     """Reads what a log file gained since the last mark (sshd appends; nothing truncates)."""
 

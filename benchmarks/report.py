@@ -240,12 +240,52 @@ def _list_ready_table(res: dict) -> Table:
     return title, header, rows, notes
 
 
+def _gap_scale_table(res: dict) -> Table:
+    header = [
+        "N",
+        "method",
+        "launch gap: median [min-max]",
+        "CPU over the run",
+        "logins per ready worker per min (mean, max)",
+        "connections closed before auth",
+    ]
+    rows = []
+    for r in res["rows"]:
+        logins = r["logins_per_ready_worker_per_min"]
+        most = r["max_logins_per_ready_worker_per_min"]
+        never = f", {r['never_launched']} never" if r["never_launched"] else ""
+        rows.append(
+            [
+                str(r["n"]),
+                r["method"],
+                cell(r["gap_s"], "s") + never,
+                cell(r["cpu_s"], "s"),
+                f"{logins['median']:.2f}, {most['median']:.1f}" if logins and most else "—",
+                cell(r["closed_before_auth"], "int"),
+            ]
+        )
+    title = (
+        f"Scenario 6: launch gap against job size, the last worker {res['late_s']:g} s late "
+        f"({res['reps']} runs each)"
+    )
+    notes = [
+        "N workers on one sshd (ManyHosts), all ready from the start but the last, whose port "
+        "refuses until it is let through past the re-check bound. Gap: COMMAND's start minus "
+        "the moment just before the late port was let through. CPU: mpiwait's (and its COMMAND, "
+        "true) over the whole run, waiting included. Logins per ready worker per minute of "
+        "waiting, from sshd's log; connections closed before auth: what an OpenSSH 9.8+ sshd "
+        "penalises (1 s each; a source is refused once it has more than 15 s).",
+    ]
+    return title, header, rows, notes
+
+
 TABLES: dict[str, Callable[[dict], Table]] = {
     "launch-gap": _gap_table,
     "scale": _scale_table,
     "startup": _startup_table,
     "load": _load_table,
     "list-ready": _list_ready_table,
+    "gap-scale": _gap_scale_table,
 }
 
 
@@ -319,6 +359,16 @@ def targets(results: list[dict], settings: dict) -> list[dict]:
         if small:
             add(f"launch gap largest ({w} workers)", g.max if g else None, 0.15, "s")
     add("failed launches (mpiwait, scenario 1)", failed if measured else None, 0, "int")
+
+    # issue 22: the gap must not grow with the job (one worker late past the re-check bound)
+    for res in results:
+        if res["scenario"] != "gap-scale":
+            continue
+        for r in res["rows"]:
+            if r["method"] == "mpiwait" and r["n"] >= 400:
+                g = r["gap_s"]
+                add(f"launch gap median, {r['n']} workers, one late", g and g["median"], 0.5, "s")
+                add(f"launch gap largest, {r['n']} workers, one late", g and g["max"], 0.5, "s")
 
     mine = [
         r
@@ -468,6 +518,8 @@ def markdown(meta: dict, results: list[dict], tg: list[dict], chart: Path | None
     ]
     if chart is not None:
         lines += [f"![launch gap per method]({chart.name})", ""]
+    if any(r["scenario"] == "gap-scale" for r in results) and chart is not None:
+        lines += ["![launch gap against job size](launch-gap-scale.png)", ""]
     for res in results:
         title, header, rows, notes = TABLES[res["scenario"]](res)
         lines += [f"## {title}", "", md_table(header, rows), ""]
@@ -483,6 +535,47 @@ def text(results: list[dict], tg: list[dict]) -> str:
     header, rows = targets_table(tg)
     parts += ["Targets", text_table(header, [[c.replace("**", "") for c in r] for r in rows])]
     return "\n".join(parts)
+
+
+def chart_scale(results: list[dict], path: Path) -> Path | None:
+    """A PNG of the launch gap against job size (scenario 6), one line per method; None
+    without matplotlib or without the scenario."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    res = next((r for r in results if r["scenario"] == "gap-scale"), None)
+    if res is None:
+        return None
+    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=100)
+    methods = list(dict.fromkeys(r["method"] for r in res["rows"]))
+    for k, method in enumerate(methods):
+        runs = [r for r in res["runs"] if r["method"] == method and r["gap_s"] is not None]
+        ax.scatter([r["n"] for r in runs], [r["gap_s"] for r in runs], s=18, alpha=0.6,
+                   color=f"C{k}")  # fmt: skip
+        rows = [r for r in res["rows"] if r["method"] == method and r["gap_s"]]
+        ns, meds = [r["n"] for r in rows], [r["gap_s"]["median"] for r in rows]
+        ax.plot(ns, meds, marker="o", color=f"C{k}", label=f"{method} (median)")
+        for x, y in zip(ns, meds, strict=True):
+            ax.annotate(f"{y:.2f} s", (x, y), textcoords="offset points", xytext=(4, 6),
+                        fontsize=8, color=f"C{k}")  # fmt: skip
+    ax.axhline(0.5, color="tab:red", ls="--", lw=1, label="issue 22: at most 0.5 s")
+    ax.axhline(0.2, color="tab:green", ls=":", lw=1, label="issue 22: target 0.2 s")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xticks(res["sizes"], [str(n) for n in res["sizes"]])
+    ax.set_xlabel("workers (the last one late past the re-check bound)")
+    ax.set_ylabel("launch gap (s, log scale)")
+    ax.set_title(f"Launch gap against job size (last worker {res['late_s']:g} s late)")
+    ax.grid(which="both", alpha=0.3)
+    ax.legend(fontsize=8, loc="upper left")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
 
 
 def chart(results: list[dict], path: Path) -> Path | None:

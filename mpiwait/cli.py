@@ -7,12 +7,14 @@ which wires sources → hosts → probes → waiter → report → exec and retu
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import click
 
@@ -46,6 +48,8 @@ from mpiwait.settings import (
     SourceOptions,
 )
 from mpiwait.wait.policy import Budget, RetryPolicy, WaitPolicy
+
+_Options = TypeVar("_Options", SourceOptions, ProbeOptions)
 
 CONTEXT = {
     "auto_envvar_prefix": "MPIWAIT",
@@ -196,7 +200,8 @@ class _WordList(click.Path):
     callback=_finite,
     default=DEFAULT_RECHECK_AFTER,
     show_default=True,
-    help="Before the launch, check again the hosts that passed more than S seconds ago; 0: never.",
+    help="While others are missing, check a host that passed again S/2 to S seconds after each "
+    "pass, so that none is more than S seconds past its last check at the launch; 0: never.",
     metavar="S",
 )
 @click.option("--dry-run", is_flag=True, help="Print hosts and SSH settings, then exit.")
@@ -357,24 +362,8 @@ def resolve(settings: Settings) -> Run:
         mode=mode,
         command=settings.command,
         launch_env=settings.launch_env,
-        sources=SourceOptions(
-            hostfile=settings.hostfile,
-            hostfile_explicit=settings.hostfile_explicit,
-            discover=settings.discover_hosts,
-            discover_explicit=settings.discover_explicit,
-            discover_exec=settings.discover_exec,
-            hosts_option=settings.hosts_option,
-            include_self=settings.include_self,
-        ),
-        probe=ProbeOptions(
-            check=settings.check,
-            ssh_config=settings.ssh_config,
-            port=settings.port,
-            user=settings.user,
-            identity_files=settings.identity_files,
-            remote_command=settings.remote_command,
-            connect_timeout=settings.connect_timeout,
-        ),
+        sources=_same_fields(SourceOptions, settings),
+        probe=_same_fields(ProbeOptions, settings),
         wait=WaitPolicy(
             timeout=settings.timeout,
             budget=Budget(settings.parallel, settings.probe_rate),
@@ -391,6 +380,12 @@ def resolve(settings: Settings) -> Run:
             create_termination_log=settings.termination_log_explicit,
         ),
     )
+
+
+def _same_fields(kind: type[_Options], settings: Settings) -> _Options:
+    """A ``kind`` of the settings' fields of the same names (each is the option as given)."""
+    values = {f.name: getattr(settings, f.name) for f in dataclasses.fields(kind)}
+    return kind(**values)
 
 
 def _retry_policy(settings: Settings) -> RetryPolicy:
@@ -436,8 +431,11 @@ def parse(argv: list[str]) -> Settings | int:
 
 def _chosen_log_format(argv: list[str]) -> LogFormat:
     """The --log-format the options (not COMMAND) or MPIWAIT_LOG_FORMAT choose, also when the
-    parse failed: click's resilient parsing reads what it can and passes over the rest."""
-    with command_line.make_context("mpiwait", list(argv), resilient_parsing=True) as ctx:
+    parse failed: click's resilient parsing reads what it can, passing over bad values and
+    unknown options, and stops at COMMAND."""
+    with command_line.make_context(
+        "mpiwait", list(argv), resilient_parsing=True, ignore_unknown_options=True
+    ) as ctx:
         chosen = ctx.params.get("log_format")
     return LogFormat(chosen) if chosen else LogFormat.TEXT
 

@@ -3,69 +3,31 @@
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings as hypothesis_settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import testbed
 from testbed import leaks
 
-_BED_PROBLEM = testbed.missing_requirements()
+# No per-example deadline: on a loaded 2-core machine hypothesis's 200 ms default failed a
+# property test that has nothing to do with time (test_duplicates_collapse_to_the_first).
+hypothesis_settings.register_profile("mpiwait", deadline=None)
+hypothesis_settings.load_profile("mpiwait")
 
-STRICT_ENV = "MPIWAIT_TEST_STRICT"
+STRICT_ENV = testbed._needs.STRICT_ENV
+STRICT = testbed.strict_mode()
 
-
-def _strict_mode() -> str | None:
-    """Why skips are failures in this run (a phrase), or None. MPIWAIT_TEST_STRICT=1/0 decides
-    when set; otherwise CI=true (set by CI systems, and by .ci/run) turns it on."""
-    explicit = os.environ.get(STRICT_ENV, "").strip().lower()
-    if explicit:
-        return f"{STRICT_ENV}={explicit}" if explicit in ("1", "true", "yes") else None
-    return "CI=true" if os.environ.get("CI", "").strip().lower() in ("1", "true") else None
-
-
-STRICT = _strict_mode()
-
-
-def _openmpi_problem() -> str | None:
-    """Why Open MPI is unusable here, or None. By what mpirun says it is, not by `orted`: Open
-    MPI 5 has no orted, and `mpirun` may be another MPI's."""
-    mpirun = shutil.which("mpirun")
-    if mpirun is None:
-        return "Open MPI not installed (no mpirun; apt-get install openmpi-bin)"
-    try:
-        cp = subprocess.run(
-            [mpirun, "--version"], capture_output=True, text=True, timeout=30,
-            stdin=subprocess.DEVNULL,
-        )  # fmt: skip
-        said = cp.stdout + cp.stderr
-    except (OSError, subprocess.TimeoutExpired) as e:
-        said = str(e)
-    if "Open MPI" in said or shutil.which("ompi_info") is not None:
-        return None
-    first = said.strip().splitlines()[0] if said.strip() else "nothing"
-    return f"{mpirun} is not Open MPI (`mpirun --version` says: {first})"
-
-
-_OPENMPI_PROBLEM = _openmpi_problem()
-
-# Usable as a decorator or in `pytestmark`; tests marked `@pytest.mark.root` and tests using the
-# `bed` fixture are skipped for the same reason automatically.
-requires_root_netns = pytest.mark.skipif(
-    _BED_PROBLEM is not None, reason=f"multi-host test bed unavailable: {_BED_PROBLEM}"
-)
-
-requires_openmpi = pytest.mark.skipif(
-    _OPENMPI_PROBLEM is not None, reason=f"Open MPI unavailable: {_OPENMPI_PROBLEM}"
-)
-requires_mpich = pytest.mark.skipif(
-    shutil.which("mpiexec.hydra") is None, reason="MPICH (mpiexec.hydra) not installed"
-)
+# What tests need is asked through the test bed: testbed.needs(...) as a mark, testbed.require()
+# in a test. These names stay for branches written before that; new tests use testbed.needs.
+requires_root_netns = testbed.needs("netns")
+requires_openmpi = testbed.needs("openmpi4")
+requires_mpich = testbed.needs("mpich4")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -73,6 +35,11 @@ def pytest_configure(config: pytest.Config) -> None:
         "markers",
         "may_skip(reason): this test may skip even in strict mode (CI), because its skip means "
         "'not applicable here', never 'a requirement is missing'; the reason says why",
+    )
+    config.addinivalue_line(
+        "markers",
+        "needs(*names): what the test needs from the machine (testbed.needs; the table in "
+        "tests/testbed/_needs.py): missing, it skips (in strict mode, fails) naming its install",
     )
 
 
@@ -165,13 +132,16 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if _BED_PROBLEM is not None and item.get_closest_marker("root") is not None:
-        pytest.skip(f"multi-host test bed unavailable: {_BED_PROBLEM}")
+    names = [name for mark in item.iter_markers("needs") for name in mark.args]
+    if item.get_closest_marker("root") is not None:
+        names.append("netns")
+    if names:
+        testbed.require(*dict.fromkeys(names))
 
 
 @pytest.fixture(scope="session")
 def _stale_beds_cleaned() -> None:
-    if _BED_PROBLEM is None:
+    if testbed.find("netns") is not None:
         testbed.cleanup_stale()
 
 
@@ -180,8 +150,7 @@ def bed(tmp_path: Path, _stale_beds_cleaned: None):
     """Factory: ``b = bed(3, port=2222, user="mpiuser", ...)`` returns a TestBed that is up
     (same keywords as TestBed; a free /24 is picked unless ``index=`` is given). Every bed made
     is torn down after the test, pass or fail."""
-    if _BED_PROBLEM is not None:
-        pytest.skip(f"multi-host test bed unavailable: {_BED_PROBLEM}")
+    testbed.require("netns")
     made: list[testbed.TestBed] = []
 
     def make(n: int = 3, **kw) -> testbed.TestBed:
@@ -206,10 +175,8 @@ def as_user(tmp_path: Path):
     in which that directory is replaced by a traversable one holding bind mounts of just the
     entries needed; commands after ``wrap`` still run as root (e.g. a bed's launcher_cmd with
     ``as_user``). Skips the test when the user still cannot import mpiwait."""
-    import os
     import pwd
     import shlex
-    import subprocess
 
     repo = Path(__file__).resolve().parent.parent
 

@@ -21,6 +21,7 @@ __all__ = [
     "Host",
     "count_hosts",
     "dedupe",
+    "hosts_word",
     "is_ip",
     "parse_discover_script",
     "parse_host_lines",
@@ -367,6 +368,11 @@ def parse_hosts_option(value: str) -> list[Host]:
     return dedupe(hosts)
 
 
+def hosts_word(count: int) -> str:
+    """``host`` or ``hosts``: the one plural every message about hosts uses."""
+    return "host" if count == 1 else "hosts"
+
+
 def count_hosts(count: int) -> str:
-    """``1 host``, ``3 hosts``: the one plural every message about hosts uses."""
-    return f"{count} host" if count == 1 else f"{count} hosts"
+    """``1 host``, ``3 hosts``."""
+    return f"{count} {hosts_word(count)}"

@@ -56,13 +56,7 @@ class Snapshot:
 class HostSources:
     """Where hosts come from; ``read()`` is called again every second while waiting."""
 
-    hostfile: Path | None
-    hostfile_explicit: bool  # named by the user: missing is an error, not a skip
-    discover: Path | None
-    discover_explicit: bool
-    discover_exec: bool  # run the discover file instead of parsing it
-    hosts_option: str | None  # --hosts as given; when set, no file is read
-    include_self: bool
+    options: SourceOptions
     self_names: SelfNames
     exec_timeout: float = DISCOVER_EXEC_TIMEOUT
     # The texts last read and the snapshot they gave (the one mutable part, private to read()).
@@ -73,17 +67,19 @@ class HostSources:
     @classmethod
     def from_options(cls, options: SourceOptions, environ: Mapping[str, str]) -> HostSources:
         """The sources the options name (the wait and --list-ready read the same ones)."""
-        return cls(
-            hostfile=options.hostfile,
-            hostfile_explicit=options.hostfile_explicit,
-            discover=options.discover,
-            discover_explicit=options.discover_explicit,
-            discover_exec=options.discover_exec,
-            hosts_option=options.hosts_option,
-            include_self=options.include_self,
-            self_names=SelfNames.from_system(environ),
-            exec_timeout=DISCOVER_EXEC_TIMEOUT,
-        )
+        return cls(options, SelfNames.from_system(environ), DISCOVER_EXEC_TIMEOUT)
+
+    @property
+    def hostfile(self) -> Path | None:
+        return self.options.hostfile
+
+    @property
+    def discover(self) -> Path | None:
+        return self.options.discover_hosts
+
+    @property
+    def hosts_option(self) -> str | None:
+        return self.options.hosts_option
 
     def found_none(self, snapshot: Snapshot) -> bool:
         """Whether ``snapshot`` found no source at all (no --hosts, no file)."""
@@ -101,9 +97,8 @@ class HostSources:
         """Read every source now; InputError when one is unreadable or malformed.
 
         Called every second while waiting, so the parse is skipped while every source reads the
-        same as last time (the snapshot depends on nothing else): parsing a hostfile and a
-        discover_hosts.sh of 1000 hosts takes ~25 ms, ~8% of the client CPU of a 1000-host
-        wait. A --discover-exec script is still run every time; only its output is compared."""
+        same as last time (the snapshot depends on nothing else; docs/design-decisions.md). A
+        --discover-exec script is still run every time; only its output is compared."""
         if self.hosts_option is not None:
             texts: tuple[str | None, ...] = (self.hosts_option,)
         else:
@@ -118,20 +113,20 @@ class HostSources:
     def _hostfile_text(self) -> str | None:
         if self.hostfile is None:
             return None
-        return read_optional_text_file(self.hostfile, "hostfile", self.hostfile_explicit)
+        return read_optional_text_file(self.hostfile, "hostfile", self.options.hostfile_explicit)
 
     def _discover_text(self) -> str | None:
         path = self.discover
         if path is None:
             return None
-        if self.discover_exec:
+        if self.options.discover_exec:
             # Checked first because a missing #! interpreter also fails with ENOENT.
             if not os.path.lexists(path):
-                if self.discover_explicit:
+                if self.options.discover_explicit:
                     raise InputError(f"discover script {path}: does not exist")
                 return None
             return run_discover(path, self.exec_timeout)
-        return read_optional_text_file(path, "discover file", self.discover_explicit)
+        return read_optional_text_file(path, "discover file", self.options.discover_explicit)
 
     def _parse(self, texts: tuple[str | None, ...]) -> Snapshot:
         found: list[Host] = []
@@ -147,7 +142,7 @@ class HostSources:
                 found += hosts
                 sources.append(f"{self.hostfile} ({count_hosts(len(hosts))})")
             if discover_text is not None:
-                if self.discover_exec:
+                if self.options.discover_exec:
                     hosts = parse_host_lines(discover_text, f"{self.discover} (exec)")
                     sources.append(f"{self.discover} (exec, {count_hosts(len(hosts))})")
                 else:
@@ -159,7 +154,7 @@ class HostSources:
         for host in dedupe(found):
             if self.self_names.is_self(host.name):
                 host = replace(host, is_self=True)
-                if not self.include_self:
+                if not self.options.include_self:
                     skipped.append(host.name)
                     continue
             kept.append(host)

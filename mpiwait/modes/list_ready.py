@@ -146,7 +146,8 @@ def _probe(
         reached = outcome.reached
         if outcome.status is not Status.READY or reached is None:
             return outcome, None
-        entry = readycache.Entry(readycache.now(), reached.address, reached.port, reached.addresses)
+        addresses = tuple(sorted(set(reached.addresses)))  # as _addresses gives them
+        entry = readycache.Entry(readycache.now(), reached.address, reached.port, addresses)
         return outcome, entry
 
     def unexpected(exc: Exception) -> tuple[Outcome, readycache.Entry | None]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import queue
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -27,6 +28,7 @@ from mpiwait.wait.events import End, WaitResult, WaitStarted
 if TYPE_CHECKING:  # imported only on the paths that use them
     from mpiwait.launch.handover import Interface, Launch
     from mpiwait.openssh.config import SSHConfig
+    from mpiwait.probe.kept import KeptConnections
 
 _END_STATUS = {
     End.READY: ExitCode.OK,
@@ -53,19 +55,21 @@ def wait_and_exec(run: Run, environ: Mapping[str, str]) -> int:
     from mpiwait.probe.pace import Pacer
 
     pacer = Pacer(cache_dir(environ))
-    ssh, prober = prober_for(run.probe, lookup_pool(run.wait.budget.parallel), pacer)
-    # ssh settings ssh would refuse (exit 2), unusable key files (exit 3): before any waiting
-    prober.preflight(first.names)
-    reporter(_started(run, ssh, first, launch))
-    reader = HostReader(sources, first, reporter.info)
+    done: queue.SimpleQueue[tuple[str, Outcome]] = queue.SimpleQueue()
+    with _kept_connections(run, done) as kept:
+        ssh, prober = prober_for(run.probe, lookup_pool(run.wait.budget.parallel), pacer, kept=kept)
+        # ssh settings ssh would refuse (exit 2), unusable key files (exit 3): before any wait
+        prober.preflight(first.names)
+        reporter(_started(run, ssh, first, launch))
+        reader = HostReader(sources, first, reporter.info)
 
-    def attempt(host: str) -> Outcome:
-        # This machine's entry gets no login (the launcher runs no sshd), but the MPI ssh's to
-        # it unless it resolves to this machine: it must resolve, as ssh resolves it.
-        return prober.attempt(host, name_only=reader.skips_login(host))
+        def attempt(host: str) -> Outcome:
+            # This machine's entry gets no login (the launcher runs no sshd), but the MPI ssh's
+            # to it unless it resolves to this machine: it must resolve, as ssh resolves it.
+            return prober.attempt(host, name_only=reader.skips_login(host))
 
-    with _collector_for_logins():
-        result = _wait(run, reader, first.waited, attempt, reporter)
+        with _collector_for_logins():
+            result = _wait(run, reader, first.waited, attempt, reporter, done, kept)
     reporter(result)
     if result.end is End.READY:
         _exec_or_advise(run, environ, launch, result, reader.is_self, reporter)
@@ -97,6 +101,8 @@ def _check_command(run: Run, environ: Mapping[str, str], reporter: Reporter) -> 
 def _started(run: Run, ssh: SSHConfig, first: Snapshot, launch: Launch | None) -> WaitStarted:
     """The start line, with the notes on what mpiwait's probe does differently from ssh."""
     notes: list[str] = []
+    if ssh.client.path is None:
+        notes.append(ssh.client.describe())
     if run.probe.check is Check.SSH:
         notes.extend(ssh.offered_by_ssh_only())
     if run.probe.check is Check.SSH and not ssh.config_sets_host_key_policy():
@@ -165,6 +171,25 @@ def _hostfile_text(run: Run) -> tuple[str | None, str | None]:
 
 
 @contextlib.contextmanager
+def _kept_connections(
+    run: Run, done: queue.SimpleQueue[tuple[str, Outcome]]
+) -> Iterator[KeptConnections | None]:
+    """With --check ssh, the connections of passed logins, held open until the wait ends
+    (their end reported into ``done`` as LOST) and closed before COMMAND starts."""
+    if run.probe.check is not Check.SSH:
+        yield None
+        return
+    from mpiwait.probe.kept import KeptConnections
+    from mpiwait.wait.loop import LOST
+
+    kept = KeptConnections(lambda host: done.put((host, LOST)))
+    try:
+        yield kept
+    finally:
+        kept.close()
+
+
+@contextlib.contextmanager
 def _collector_for_logins() -> Iterator[None]:
     """The cyclic garbage collector tuned for a wait of many logins, restored afterwards.
 
@@ -192,6 +217,8 @@ def _wait(
     names: tuple[str, ...],
     attempt: Callable[[str], Outcome],
     reporter: Reporter,
+    done: queue.SimpleQueue[tuple[str, Outcome]],
+    kept: KeptConnections | None,
 ) -> WaitResult:
     from mpiwait.probe.outcome import Stage, Status
     from mpiwait.wait.loop import wait_for_hosts
@@ -204,7 +231,8 @@ def _wait(
     return wait_for_hosts(
         first=names,
         read_hosts=reader,
-        runner=ThreadRunner(attempt, run.wait.budget.parallel, unexpected),
+        runner=ThreadRunner(attempt, run.wait.budget.parallel, unexpected, done),
+        kept=kept.holds if kept is not None else lambda host: False,
         policy=run.wait,
         emit=reporter,
     )

@@ -1,11 +1,13 @@
-"""SSH settings for one host, resolved the way OpenSSH 9.2's ``ssh`` (and so mpirun) does.
+"""SSH settings for one host, resolved the way the installed ``ssh`` (and so mpirun) does.
 
 mpiwait must probe each worker with the address, port, user, keys and host-key policy that
 mpirun's ``ssh`` will use, or "ready" means nothing. The config files are read and checked by
-``sshconfig_syntax`` and evaluated per host by ``sshconfig_eval``, both following OpenSSH's
-readconf.c; this module turns the result into an ``SSHTarget``: tokens and ``~`` expanded as
-ssh expands them, defaults filled in, and what mpiwait cannot follow refused by name.
-tests/integration/test_sshconfig_differential.py holds it against the installed ``ssh -G``.
+``syntax`` and evaluated per host by ``evaluate``, both following OpenSSH's readconf.c as the
+release of the installed ssh has it (``client.Rules``); this module turns the result into an
+``SSHTarget``: tokens and ``~`` expanded as ssh expands them, defaults filled in, and what
+mpiwait cannot follow refused by name. Where ssh is installed, its ``ssh -G`` decides whether a
+config is accepted (once, for the first host; again for a host the reader would refuse).
+tests/integration/test_sshconfig_differential.py holds it against each supported release.
 
 No paramiko here: the worker role, --help and --version must stay light.
 """
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mpiwait.errors import InputError
+from mpiwait.openssh.client import NEWEST_RULES, Client
 from mpiwait.openssh.evaluate import (
     Evaluator,
     Local,
@@ -29,6 +32,7 @@ from mpiwait.openssh.evaluate import (
     Tokens,
     ascii_lower,
     connection_tokens,
+    dollar_expand,
     percent_expand,
 )
 from mpiwait.openssh.localuser import LocalUser
@@ -36,9 +40,9 @@ from mpiwait.openssh.syntax import parse_time
 
 DEFAULT_PORT = 22
 DEFAULT_SYSTEM_CONFIG = Path("/etc/ssh/ssh_config")
-# ssh also tries id_ecdsa_sk, id_ed25519_sk, id_xmss and id_dsa; none of them can log in to a
-# worker without hardware or a non-default server setting, so probing with them adds nothing.
-DEFAULT_IDENTITY_NAMES = ("id_rsa", "id_ecdsa", "id_ed25519")
+# The names of the newest rules (client.Rules.default_identity_names: by release).
+DEFAULT_IDENTITY_NAMES = NEWEST_RULES.default_identity_names
+NO_CLIENT = Client(None, "", NEWEST_RULES)
 DEFAULT_USER_KNOWN_HOSTS = ("~/.ssh/known_hosts", "~/.ssh/known_hosts2")
 DEFAULT_GLOBAL_KNOWN_HOSTS = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
 # %-tokens ssh 9.2 expands in IdentityFile and UserKnownHostsFile.
@@ -113,8 +117,12 @@ class SSHConfig:
         user_config: Path | None = None,
         system_config: Path = DEFAULT_SYSTEM_CONFIG,
         environ: Mapping[str, str] | None = None,
+        client: Client = NO_CLIENT,
+        remote_command: str | None = None,
     ) -> None:
         self._environ: Mapping[str, str] = os.environ if environ is None else environ
+        self._client = client
+        self.rules = client.rules
         self._local = local_user if local_user is not None else LocalUser.current(self._environ)
         self._port = port
         self._user = user
@@ -126,7 +134,9 @@ class SSHConfig:
             _expand_tilde_or_fail(_checked_path(str(p), f"identity file {p}"), home, str(p))
             for p in identity_files
         )
-        self._default_identities = tuple(f"~/.ssh/{name}" for name in DEFAULT_IDENTITY_NAMES)
+        self._default_identities = tuple(
+            f"~/.ssh/{name}" for name in self.rules.default_identity_names
+        )
         self._ctx = Local(
             name=self._local.name,
             home=home,
@@ -135,15 +145,38 @@ class SSHConfig:
             host=socket.gethostname(),
             environ=self._environ,
         )
-        roots = _config_roots(config_path, user_config, system_config, home)
-        self._evaluator = Evaluator(roots, self._ctx, system_dir=str(system_config.parent))
-        self._config_files = tuple(self._evaluator.files_read)
+        self._roots = _config_roots(config_path, user_config, system_config, home)
+        self._system_dir = str(system_config.parent)
+        self._remote_command = remote_command
+        # ssh -G's arguments but the host: what mpirun's ssh is given besides the config.
+        self._ssh_args = [
+            *(["-F", str(config_path)] if config_path is not None else []),
+            *(["-p", str(port)] if port is not None else []),
+            *(["-l", user] if user is not None else []),
+        ]
+        self._asked = False  # ssh -G has judged the files (for the first host)
+        self._load_error: InputError | None = None
+        self._tolerant: Evaluator | None = None
+        self._evaluator: Evaluator | None = None
+        try:
+            self._evaluator = self._make_evaluator(tolerant=False)
+        except InputError as exc:
+            if client.path is None:
+                raise
+            # Only the installed ssh can tell whether it accepts these files: asked at the
+            # first host, since ssh -G needs one.
+            self._load_error = exc
         self._cache: dict[str, SSHTarget] = {}
         # Probe threads resolve hosts that appear late; the evaluator's file caches are shared.
         self._lock = threading.Lock()
 
+    @property
+    def client(self) -> Client:
+        return self._client
+
     def config_sets_host_key_policy(self) -> bool:
-        return self._evaluator.sets_host_key_policy
+        evaluator = self._evaluator or self._tolerant
+        return evaluator is not None and evaluator.sets_host_key_policy
 
     def offered_by_ssh_only(self) -> tuple[str, ...]:
         """Notes on what ssh offers besides the key files mpiwait probes with, for the hosts
@@ -158,17 +191,69 @@ class SSHConfig:
         with self._lock:
             target = self._cache.get(host)
             if target is None:
-                target = self._resolve(host)
+                target = self._resolve_judged(host)
                 self._cache[host] = target
             return target
 
-    def _resolve(self, host: str) -> SSHTarget:
-        opts, address = self._evaluator.evaluate(host, user=self._user, port=self._port)
+    def _resolve_judged(self, host: str) -> SSHTarget:
+        """Resolve; where ssh is installed, its ``ssh -G`` has the last word on acceptance:
+        asked for the first host, and for any host the reader refuses."""
+        ours: InputError | None = self._load_error
+        target: SSHTarget | None = None
+        if self._evaluator is not None:
+            try:
+                target = self._resolve(host, self._evaluator)
+            except InputError as exc:
+                ours = exc
+        if self._client.path is None:
+            if ours is not None:
+                raise ours
+            assert target is not None
+            return target
+        if not self._asked or ours is not None:
+            self._asked = True
+            self._ask_ssh(host, ours)
+        if target is not None:
+            return target
+        # ssh accepts what the reader refused (a keyword or value of another release or of a
+        # distribution's patch): read again, passing over such lines.
+        return self._resolve(host, self._tolerant_evaluator())
+
+    def _make_evaluator(self, *, tolerant: bool) -> Evaluator:
+        return Evaluator(
+            self._roots,
+            self._ctx,
+            system_dir=self._system_dir,
+            rules=self.rules,
+            tolerant=tolerant,
+            remote_command=self._remote_command,
+        )
+
+    def _tolerant_evaluator(self) -> Evaluator:
+        if self._tolerant is None:
+            self._tolerant = self._make_evaluator(tolerant=True)
+        return self._tolerant
+
+    def _ask_ssh(self, host: str, ours: InputError | None) -> None:
+        """Raise InputError if the installed ssh refuses the config for ``host``."""
+        accepted, said = self._client.ask([*self._ssh_args, host], self._environ)
+        if accepted:
+            return
+        if ours is not None:
+            raise InputError(f"{ours.message} ({self._client.path}: {said})", hint=ours.hint)
+        raise InputError(f"{self._client.path} refuses the ssh config for {host}: {said}")
+
+    def _resolve(self, host: str, evaluator: Evaluator) -> SSHTarget:
+        opts, address = evaluator.evaluate(host, user=self._user, port=self._port)
         _refuse_unfollowed(opts, host)
+        if self.rules.refuse_connection:
+            _refuse_connection(opts, host)
         scalars = opts.scalars
         port = int(scalars.get("port", DEFAULT_PORT))
         user = scalars.get("user") or self._local.name
         alias = scalars.get("hostkeyalias")
+        if self.rules.expands_user and self._user is None and "user" in scalars:
+            user = self._expand_user(user, opts, address, host, port, alias)
         tokens = connection_tokens(
             self._ctx,
             host=address,
@@ -177,13 +262,18 @@ class SSHConfig:
             user=user,
             host_key_alias=ascii_lower(alias) if alias else host,
         )
-        tokens["j"] = opts.proxy_jump or ""
+        if self.rules.jump_token:  # before 9.3, %j is an unknown token
+            tokens["j"] = opts.proxy_jump or ""
 
         identities, identities_default = self._identity_files(opts, tokens, host)
         known_hosts = self._known_hosts_files(opts, tokens, host)
         offered = self._offered_by_ssh_only(opts, identities)
         timeout = scalars.get("connecttimeout")
-        seconds = parse_time(timeout) if timeout not in (None, "none") else None
+        seconds = (
+            parse_time(timeout, decimal=self.rules.decimal_times)
+            if timeout not in (None, "none")
+            else None
+        )
         policy = scalars.get("stricthostkeychecking")
         return SSHTarget(
             host=host,
@@ -197,10 +287,37 @@ class SSHConfig:
             # ConnectTimeout 0 and none both leave ssh with the kernel's connect timeout
             # (minutes): "not set", so the caller applies its own default.
             connect_timeout=float(seconds) if seconds else None,
-            config_files=self._config_files,
+            config_files=tuple(evaluator.files_read),
             host_key_alias=ascii_lower(alias) if alias else None,
             offered_by_ssh_only=offered,
         )
+
+    def _expand_user(
+        self, user: str, opts: Options, address: str, host: str, port: int, alias: str | None
+    ) -> str:
+        """User from a config file, 10.0 on: ${VAR} and %-tokens but %r and %C expanded; a
+        value that expansion changed must be a plausible user name (valid_ruser)."""
+        tokens = connection_tokens(
+            self._ctx,
+            host=address,
+            original=host,
+            port=port,
+            user=user,
+            host_key_alias=ascii_lower(alias) if alias else host,
+        )
+        del tokens["r"], tokens["C"]
+        tokens["j"] = opts.proxy_jump or ""
+        where = opts.where["user"].where
+        try:
+            expanded = percent_expand(dollar_expand(user, self._environ), tokens)
+        except ValueError as e:
+            raise InputError(f"{where}: User {user!r} for {host}: {e}") from e
+        if expanded != user and not _valid_ruser(expanded):
+            raise InputError(
+                f"{where}: User {user!r} becomes {expanded!r} for {host}: ssh refuses a remote "
+                "user name with these characters"
+            )
+        return expanded
 
     def _identity_files(
         self, opts: Options, tokens: Tokens, host: str
@@ -306,6 +423,25 @@ def _refuse_unfollowed(opts: Options, host: str) -> None:
             )
 
 
+def _refuse_connection(opts: Options, host: str) -> None:
+    value = opts.scalars.get("refuseconnection")
+    if value is not None and value.lower() in ("yes", "true"):
+        line = opts.where["refuseconnection"]
+        raise InputError(f"{line.where}: RefuseConnection applies to {host}: ssh will not connect")
+
+
+def _valid_ruser(name: str) -> bool:
+    """ssh.c's valid_ruser (10.0 on), for a User that ${VAR} or a %-token changed."""
+    if name.startswith("-"):
+        return False
+    for i, c in enumerate(name):
+        if ord(c) < 32 or ord(c) == 127 or c in "'`\";&<>|(){}":
+            return False
+        if c in " \t\n\v\f\r" and name[i + 1 : i + 2] == "-":
+            return False
+    return not name.endswith("\\")
+
+
 def _join_home(home: str, rest: str) -> str:
     return home.rstrip("/") + rest if rest else home
 
@@ -345,24 +481,7 @@ def _checked_path(value: str, what: str) -> str:
 
 
 def _dollar_expand(value: str, environ: Mapping[str, str] | None) -> str:
-    """${VAR} as ssh expands it; with environ None, only check the syntax."""
-    out: list[str] = []
-    i = 0
-    while True:
-        start = value.find("${", i)
-        if start == -1:
-            out.append(value[i:])
-            return "".join(out)
-        end = value.find("}", start + 2)
-        if end == -1:
-            raise ValueError("'${' without a closing '}'")
-        name = value[start + 2 : end]
-        out.append(value[i:start])
-        if environ is not None:
-            if name not in environ:
-                raise ValueError(f"environment variable {name} is not set")
-            out.append(environ[name])
-        i = end + 1
+    return dollar_expand(value, environ)
 
 
 def _unique(values: Iterable[str]) -> tuple[str, ...]:

@@ -1,4 +1,5 @@
-"""Evaluating ssh_config for one destination, in the order OpenSSH 9.2's ssh does.
+"""Evaluating ssh_config for one destination, in the order OpenSSH's ssh does (``Rules``: what
+changed between releases, from the release of the installed ssh, client.py).
 
 The rules that matter here (readconf.c, ssh.c):
 
@@ -8,16 +9,20 @@ The rules that matter here (readconf.c, ssh.c):
   the lowercased HostName); ``Match host``/``originalhost`` compare case-insensitively;
 - an ``Include`` is read even inside a block that does not apply ("parse only"), and cannot
   change the block state of the file that includes it;
-- if any ``Match final`` was seen, or CanonicalizeHostname is on, every file is read a second
-  time ("final pass") with the lowercased HostName as the host; values set by the first pass
-  stay, ``Match final``/``canonical`` are true;
+- if any ``Match final`` was seen (up to 10.0 ``Match !final`` too), or CanonicalizeHostname is
+  on, every file is read a second time ("final pass") with the lowercased HostName as the host;
+  values set by the first pass stay, ``Match final``/``canonical`` are true;
+- from 9.9, %-tokens and ${VAR} in Include file names are expanded for the host of the pass;
 - an unknown keyword is an error unless ``IgnoreUnknown`` (as set so far) covers it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import hashlib
+import ipaddress
+import itertools
 import os
 import re
 import socket
@@ -25,8 +30,10 @@ import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
 
 from mpiwait.errors import InputError
+from mpiwait.openssh.client import NEWEST_RULES, Rules
 from mpiwait.openssh.syntax import (
     KEYWORDS,
     Line,
@@ -51,12 +58,18 @@ _SCALARS = frozenset(
         "identityagent",
         "pkcs11provider",
         "smartcarddevice",
+        "tag",
+        "sessiontype",
+        "refuseconnection",
     }
 )
-# ssh's names for Match criteria in 9.2 (localnetwork and tagged came later).
-_MATCH_BARE = frozenset({"all", "canonical", "final"})
-_MATCH_WITH_ARG = frozenset({"host", "originalhost", "user", "localuser", "exec"})
-# %-tokens of Match exec in 9.2 (no %j there).
+_MATCH_WITH_ARG = frozenset(
+    {"host", "originalhost", "user", "localuser", "exec"}
+    | {"localnetwork", "tagged", "version", "sessiontype", "command"}
+)
+# Criteria whose argument may be empty (an empty tag, no command).
+_MATCH_EMPTY_OK = frozenset({"tagged", "command"})
+# %-tokens of Match exec (%j from 9.3).
 _EXEC_TOKENS = frozenset("%CdhiklLnpru")
 
 
@@ -109,17 +122,33 @@ class _Pass:
 class Evaluator:
     """Reads files once (lazily, cached); evaluates any number of destinations."""
 
-    def __init__(self, roots: tuple[Root, ...], local: Local, system_dir: str) -> None:
+    def __init__(
+        self,
+        roots: tuple[Root, ...],
+        local: Local,
+        system_dir: str,
+        *,
+        rules: Rules = NEWEST_RULES,
+        tolerant: bool = False,
+        remote_command: str | None = None,
+    ) -> None:
         self._roots = roots
         self._local = local
         self._system_dir = system_dir
+        self.rules = rules
+        # tolerant: ssh -G accepted these files; lines only another release accepts are skipped
+        self._tolerant = tolerant
+        # Match command / sessiontype see the command ssh runs; None: one whose text is not
+        # known here (mpirun's), so "exec" and an empty command.
+        self._remote_command = remote_command
         self._files: dict[tuple[str, bool], tuple[Line, ...] | None] = {}
         self._globs: dict[str, tuple[str, ...]] = {}
         self.files_read: list[str] = []
         self.sets_host_key_policy = False
         # Read everything once now, as ssh would for any host: a bad line anywhere fails here.
         self._run_pass(_Pass(host="\0", original="\0", final=False), Options(), dry=True)
-        self._refuse_unknown_keywords()
+        if not tolerant:
+            self._refuse_unknown_keywords()
 
     def evaluate(self, host_arg: str, *, user: str | None, port: int | None) -> tuple[Options, str]:
         """The options for ``host_arg`` and the (lowercased) host name ssh connects to."""
@@ -162,7 +191,12 @@ class Evaluator:
     def _lines(self, path: str, *, check_perms: bool) -> tuple[Line, ...] | None:
         key = (path, check_perms)
         if key not in self._files:
-            lines = read_lines(path, check_perms=check_perms)
+            lines = read_lines(
+                path,
+                check_perms=check_perms,
+                legacy=self.rules.legacy_split,
+                tolerant=self._tolerant,
+            )
             self._files[key] = lines
             if lines is not None and path not in self.files_read:
                 self.files_read.append(path)
@@ -225,6 +259,13 @@ class Evaluator:
         never: bool,
     ) -> None:
         for arg in line.args:
+            if self.rules.expands_include and ("%" in arg or "${" in arg):
+                if p.host == "\0":
+                    continue  # the load-time read: the names depend on the host
+                try:
+                    arg = self._include_path(arg, p, opts)
+                except ValueError:
+                    continue  # ssh: "Unable to expand user config file", and reads on
             if arg.startswith("~") and not user_scope:
                 raise InputError(f"{line.where}: bad include path {arg}")
             if not os.path.isabs(arg) and not arg.startswith("~"):
@@ -254,13 +295,35 @@ class Evaluator:
                 # An included file cannot change the includer's block state.
                 active[0] = was_active
 
+    def _include_path(self, arg: str, p: _Pass, opts: Options) -> str:
+        """expand_match_exec_or_include_path: ${VAR} and %-tokens for this pass's host."""
+        tokens = self._pass_tokens(p, opts, _match_host(p, opts))
+        return percent_expand(dollar_expand(arg, self._local.environ), tokens)
+
+    def _pass_tokens(
+        self, p: _Pass, opts: Options, host: str
+    ) -> dict[str, str | Callable[[], str]]:
+        scalars = opts.scalars
+        tokens = connection_tokens(
+            self._local,
+            host=host,
+            original=p.original,
+            port=int(scalars["port"]) if "port" in scalars else 22,
+            user=scalars.get("user") or self._local.name,
+            host_key_alias=scalars.get("hostkeyalias") or host,
+        )
+        if self.rules.jump_token:
+            tokens["j"] = opts.proxy_jump if opts.proxy_jump not in (None, "none") else ""
+        return tokens
+
     def _option(
         self, line: Line, opts: Options, active: bool, user_scope: bool, *, check: bool
     ) -> None:
         kw = line.keyword
         if kw not in KEYWORDS:
-            if not check:
-                return  # the load-time read: IgnoreUnknown depends on the host
+            if not check or self._tolerant:
+                return  # the load-time read (IgnoreUnknown depends on the host), or ssh -G
+                # accepted a keyword this table does not know
             ignored = opts.scalars.get("ignoreunknown")
             if ignored is None or match_pattern_list(kw, ignored, lower=True) != 1:
                 raise InputError(
@@ -270,6 +333,11 @@ class Evaluator:
             return
         if not active:
             return
+        if kw == "setuptimeout":
+            # Debian's alias: of ServerAliveInterval (unused here) before 10.0.
+            if not self.rules.setup_timeout_is_connect_timeout:
+                return
+            kw = "connecttimeout"
         if kw in _SCALARS:
             if kw not in opts.scalars:
                 value = line.args[0]
@@ -321,13 +389,14 @@ class Evaluator:
                 return (not negate) and result
             attributes += 1
             if name in ("canonical", "final"):
-                p.want_final = p.want_final or name == "final"
+                if name == "final" and (not negate or self.rules.not_final_asks_final):
+                    p.want_final = True
                 if p.final == negate:
                     result = False
                 continue
             if name not in _MATCH_WITH_ARG:
                 raise InputError(f"{line.where}: Unsupported Match attribute {attrib}")
-            if not args or args[0] == "":
+            if not args or (args[0] == "" and name not in _MATCH_EMPTY_OK):
                 raise InputError(f"{line.where}: Match {attrib} needs an argument")
             arg = args.pop(0)
             if name == "exec":
@@ -336,7 +405,10 @@ class Evaluator:
                     continue  # ssh skips the command once an earlier criterion failed
                 matched = run_match_exec(command, self._local.environ, line)
             else:
-                matched = self._criterion(name, arg, p, opts, host)
+                try:
+                    matched = self._criterion(name, arg, p, opts, host)
+                except InputError as e:
+                    raise InputError(f"{line.where}: {e.message}") from None
             if matched == negate:
                 result = False
         if attributes == 0:
@@ -351,21 +423,32 @@ class Evaluator:
         if name == "user":
             user = opts.scalars.get("user") or self._local.name
             return match_pattern_list(user, arg, lower=False) == 1
-        return match_pattern_list(self._local.name, arg, lower=False) == 1  # localuser
+        if name == "localuser":
+            return match_pattern_list(self._local.name, arg, lower=False) == 1
+        if name == "localnetwork":
+            return local_network_matches(arg)
+        if name == "version":
+            return match_pattern_list(self.rules.release, arg, lower=False) == 1
+        if name == "sessiontype":
+            return match_pattern_list(self._session_type(opts), arg, lower=False) == 1
+        # tagged, command: an empty value matches only an empty pattern
+        value = opts.scalars.get("tag", "") if name == "tagged" else self._remote_command or ""
+        if value == "":
+            return arg == ""
+        return match_pattern_list(value, arg, lower=False) == 1
+
+    def _session_type(self, opts: Options) -> str:
+        kind = ascii_lower(opts.scalars.get("sessiontype", "default"))
+        if kind in ("subsystem", "none"):
+            return kind
+        return "exec" if self._remote_command is None or self._remote_command else "shell"
 
     def _exec_command(self, arg: str, line: Line, p: _Pass, opts: Options, host: str) -> str:
         # Expanded even when it will not run: an unknown token makes ssh exit either way.
-        scalars = opts.scalars
-        tokens = connection_tokens(
-            self._local,
-            host=host,
-            original=p.original,
-            port=int(scalars["port"]) if "port" in scalars else 22,
-            user=scalars.get("user") or self._local.name,
-            host_key_alias=scalars.get("hostkeyalias") or host,
-        )
+        tokens = self._pass_tokens(p, opts, host)
+        allowed = _EXEC_TOKENS | ({"j"} if self.rules.jump_token else set())
         try:
-            return percent_expand(arg, tokens, allowed=_EXEC_TOKENS)
+            return percent_expand(arg, tokens, allowed=frozenset(allowed))
         except ValueError as e:
             raise InputError(f"{line.where}: Match exec {arg!r}: {e}") from e
 
@@ -410,6 +493,56 @@ def connection_tokens(
         "r": user,
         "u": local.name,
     }
+
+
+def dollar_expand(value: str, environ: Mapping[str, str] | None) -> str:
+    """${VAR} as ssh expands it; with environ None, only check the syntax."""
+    out: list[str] = []
+    i = 0
+    while True:
+        start = value.find("${", i)
+        if start == -1:
+            out.append(value[i:])
+            return "".join(out)
+        end = value.find("}", start + 2)
+        if end == -1:
+            raise ValueError("'${' without a closing '}'")
+        name = value[start + 2 : end]
+        out.append(value[i:start])
+        if environ is not None:
+            if name not in environ:
+                raise ValueError(f"environment variable {name} is not set")
+            out.append(environ[name])
+        i = end + 1
+
+
+def local_network_matches(cidrs: str) -> bool:
+    """Match localnetwork: does an address of this machine's interfaces lie in one of the
+    comma-separated networks (addr_match_cidr_list, check_match_ifaddrs)?"""
+    networks = []
+    for item in cidrs.split(","):
+        try:
+            networks.append(ipaddress.ip_network(item.strip(), strict=False))
+        except ValueError:
+            raise InputError(f"Match localnetwork: {item!r} is not an address/prefix") from None
+    return any(
+        addr in net for addr in local_addresses() for net in networks if addr.version == net.version
+    )
+
+
+def local_addresses() -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """This network namespace's interface addresses (getifaddrs), from /proc."""
+    found: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = []
+    with contextlib.suppress(OSError):
+        # fib_trie lists each local IPv4 address as a "/32 host LOCAL" leaf under it.
+        lines = Path("/proc/net/fib_trie").read_text().splitlines()
+        for previous, line in itertools.pairwise(lines):
+            if "/32 host LOCAL" in line:
+                found.append(ipaddress.IPv4Address(previous.split()[-1]))
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/net/if_inet6").read_text().splitlines():
+            found.append(ipaddress.IPv6Address(int(line.split()[0], 16)))
+    return list(dict.fromkeys(found))
 
 
 def percent_expand(value: str, tokens: Tokens, allowed: frozenset[str] | None = None) -> str:

@@ -1,9 +1,15 @@
-"""ssh_config files as OpenSSH 9.2's readconf.c reads them: lines, arguments, value checks.
+"""ssh_config files as OpenSSH's readconf.c reads them: lines, arguments, value checks.
 
 Pure and independent of any host: every line of every file ssh reaches is checked on every run
 of ssh (an Include inside a Host block that does not apply is still read, "parse only"), so a
 value ssh refuses is refused here once, at load time, with its file and line. What depends on
-the host (IgnoreUnknown, Match, tokens) is left to ``sshconfig_eval``.
+the host (IgnoreUnknown, Match, tokens) is left to ``evaluate``.
+
+The keywords and values accepted are those of *any* supported release (8.4 to 10.6, Debian's
+patches included): where ssh is installed, ``ssh -G`` decides what it accepts (client.py), and
+where none is, mpiwait must not refuse what some release would accept. ``tolerant`` skips every
+check (ssh -G has accepted the files). Releases before 8.7 split a line differently (strdelim:
+double quotes only, no escapes, ``=`` between arguments): ``legacy``.
 """
 
 from __future__ import annotations
@@ -55,15 +61,16 @@ _MULTISTATE: dict[str, tuple[str, ...]] = {
     "canonicalizehostname": (*_FLAG_VALUES, "always"),
 }
 
-# Every keyword of OpenSSH 9.2p1 as Debian 12 builds it (GSSAPI and PKCS#11 enabled, plus
-# Debian's GSSAPI key exchange patch). A keyword not listed is "Bad configuration option".
+# Every keyword of OpenSSH 8.4p1 to 10.6p1 as Debian builds them (GSSAPI and PKCS#11 enabled,
+# Debian's GSSAPI key exchange patch up to 10.0, its aliases). Not listed: "Bad configuration
+# option".
 KEYWORDS: dict[str, str] = {
     **dict.fromkeys(
         _words(
             "protocol cipher fallbacktorsh globalknownhostsfile2 rhostsauthentication "
             "userknownhostsfile2 useroaming usersh useprivilegedport afstokenpassing "
             "kerberosauthentication kerberostgtpassing rsaauthentication "
-            "rhostsrsaauthentication compressionlevel"
+            "rhostsrsaauthentication compressionlevel useblacklistedkeys"
         ),
         IGNORE,
     ),
@@ -77,12 +84,20 @@ KEYWORDS: dict[str, str] = {
             "clearallforwardings enablesshkeysign identitiesonly hashknownhosts "
             "permitlocalcommand visualhostkey stdinnull forkafterauthentication proxyusefdpass "
             "canonicalizefallbacklocal streamlocalbindunlink enableescapecommandline "
-            "gssapikeyexchange gssapirenewalforcesrekey gssapitrustdns"
+            "gssapikeyexchange gssapirenewalforcesrekey gssapitrustdns dsaauthentication "
+            "refuseconnection"
         ),
         FLAG,
     ),
     **dict.fromkeys(_MULTISTATE, FLAG),
-    **dict.fromkeys(_words("connecttimeout forwardx11timeout serveraliveinterval"), TIME),
+    # setuptimeout and protocolkeepalives: Debian's aliases (of ServerAliveInterval up to
+    # 9.x; setuptimeout of ConnectTimeout from 10.0).
+    **dict.fromkeys(
+        _words(
+            "connecttimeout forwardx11timeout serveraliveinterval setuptimeout protocolkeepalives"
+        ),
+        TIME,
+    ),
     **dict.fromkeys(
         _words(
             "connectionattempts numberofpasswordprompts serveralivecountmax "
@@ -95,11 +110,14 @@ KEYWORDS: dict[str, str] = {
             "kbdinteractivedevices xauthlocation user hostname hostkeyalias "
             "preferredauthentications bindaddress bindinterface pkcs11provider smartcarddevice "
             "securitykeyprovider controlpath revokedhostkeys ignoreunknown "
-            "gssapiclientidentity gssapiserveridentity"
+            "gssapiclientidentity gssapiserveridentity tag"
         ),
         STRING,
     ),
-    **dict.fromkeys(_words("proxycommand knownhostscommand localcommand remotecommand"), COMMAND),
+    **dict.fromkeys(
+        _words("proxycommand knownhostscommand localcommand remotecommand versionaddendum"),
+        COMMAND,
+    ),
     **dict.fromkeys(
         _words("globalknownhostsfile userknownhostsfile logverbose canonicaldomains"), ARRAY
     ),
@@ -111,7 +129,8 @@ KEYWORDS: dict[str, str] = {
             "pubkeyacceptedkeytypes loglevel syslogfacility localforward remoteforward "
             "dynamicforward permitremoteopen escapechar controlpersist tunneldevice ipqos "
             "rekeylimit streamlocalbindmask fingerprinthash addkeystoagent identityagent "
-            "canonicalizepermittedcnames sendenv setenv gssapikexalgorithms"
+            "canonicalizepermittedcnames sendenv setenv gssapikexalgorithms channeltimeout "
+            "obscurekeystroketiming warnweakcrypto"
         ),
         ANY,
     ),
@@ -145,8 +164,12 @@ class Line:
         return f"ssh config {self.path} line {self.number}"
 
 
-def read_lines(path: str, *, check_perms: bool) -> tuple[Line, ...] | None:
-    """The directives of one file; None when it cannot be opened (ssh's fopen() failing)."""
+def read_lines(
+    path: str, *, check_perms: bool, legacy: bool = False, tolerant: bool = False
+) -> tuple[Line, ...] | None:
+    """The directives of one file; None when it cannot be opened (ssh's fopen() failing).
+    ``tolerant``: a line that cannot be read or whose value is refused is left out, not an
+    error (ssh -G accepted it)."""
     try:
         with open(path, "rb") as f:
             if check_perms:
@@ -157,9 +180,15 @@ def read_lines(path: str, *, check_perms: bool) -> tuple[Line, ...] | None:
     text = data.decode("utf-8", "surrogateescape")
     lines: list[Line] = []
     for number, raw in enumerate(text.split("\n"), start=1):
-        line = lex_line(raw, path, number)
+        try:
+            line = lex_line(raw, path, number, legacy=legacy)
+            if line is not None:
+                check_line(line)
+        except InputError:
+            if tolerant:
+                continue
+            raise
         if line is not None:
-            check_line(line)
             lines.append(line)
     return tuple(lines)
 
@@ -206,7 +235,7 @@ def _group_has_only_the_owner(gid: int, owner_uid: int) -> bool:
     return members > 0
 
 
-def lex_line(raw: str, path: str, number: int) -> Line | None:
+def lex_line(raw: str, path: str, number: int, *, legacy: bool = False) -> Line | None:
     """Split one line as process_config_line does; None for blank and comment lines."""
     # Trailing whitespace goes; a form feed only at the end of the line.
     line = raw.rstrip(_WHITESPACE + "\f")
@@ -223,7 +252,7 @@ def lex_line(raw: str, path: str, number: int) -> Line | None:
         # Not echoed: a lone word is what a line of a key file looks like (-F pointed at a key).
         raise InputError(f"{where}: not a 'Keyword value' line (ssh: no argument after keyword)")
     try:
-        args = tuple(split_args(rest))
+        args = tuple(split_args_legacy(rest) if legacy else split_args(rest))
     except ValueError:
         raise InputError(f"{where}: {spelled}: unbalanced quotes") from None
     return Line(keyword.translate(_ASCII_LOWER), spelled, args, rest, path, number)
@@ -238,6 +267,26 @@ def _strdelim(s: str) -> tuple[str, str]:
     if rest.startswith("="):
         rest = rest[1:].lstrip(_WHITESPACE)
     return word, rest
+
+
+def split_args_legacy(value: str) -> list[str]:
+    """OpenSSH before 8.7 (strdelim): whitespace or one '=' between words, double quotes
+    only, no escapes and no comments."""
+    args: list[str] = []
+    rest = value
+    while rest:
+        if rest[0] == '"':
+            end = rest.find('"', 1)
+            if end == -1:
+                raise ValueError("unbalanced quotes")
+            args.append(rest[1:end])
+            rest = rest[end + 1 :].lstrip(_WHITESPACE)
+            continue
+        word, rest = _strdelim(rest)
+        args.append(word)
+        if not word and not rest:
+            break
+    return args
 
 
 def split_args(value: str) -> list[str]:
@@ -277,10 +326,11 @@ def split_args(value: str) -> list[str]:
     return args
 
 
-# What the Debian 12 build of OpenSSH 9.2 knows (ssh -Q cipher, mac, kex, key-sig).
+# What Debian's builds of 8.4p1 to 10.6p1 know, together (ssh -Q cipher, mac, kex, key-sig).
 _CIPHERS = frozenset(
     _words(
-        "3des-cbc aes128-cbc aes192-cbc aes256-cbc aes128-ctr aes192-ctr aes256-ctr "
+        "rijndael-cbc@lysator.liu.se 3des-cbc aes128-cbc aes192-cbc aes256-cbc aes128-ctr "
+        "aes192-ctr aes256-ctr "
         "aes128-gcm@openssh.com aes256-gcm@openssh.com chacha20-poly1305@openssh.com"
     )
 )
@@ -299,7 +349,8 @@ _KEX = frozenset(
         "diffie-hellman-group16-sha512 diffie-hellman-group18-sha512 "
         "diffie-hellman-group-exchange-sha1 diffie-hellman-group-exchange-sha256 "
         "ecdh-sha2-nistp256 ecdh-sha2-nistp384 ecdh-sha2-nistp521 curve25519-sha256 "
-        "curve25519-sha256@libssh.org sntrup761x25519-sha512 sntrup761x25519-sha512@openssh.com"
+        "curve25519-sha256@libssh.org sntrup761x25519-sha512 sntrup761x25519-sha512@openssh.com "
+        "sntrup4591761x25519-sha512@tinyssh.org mlkem768x25519-sha256 mlkem768nistp256-sha256"
     )
 )
 _KEY_ALGS = frozenset(
@@ -311,7 +362,9 @@ _KEY_ALGS = frozenset(
         "ecdsa-sha2-nistp521-cert-v01@openssh.com sk-ecdsa-sha2-nistp256@openssh.com "
         "sk-ecdsa-sha2-nistp256-cert-v01@openssh.com webauthn-sk-ecdsa-sha2-nistp256@openssh.com "
         "ssh-dss ssh-dss-cert-v01@openssh.com ssh-rsa ssh-rsa-cert-v01@openssh.com rsa-sha2-256 "
-        "rsa-sha2-256-cert-v01@openssh.com rsa-sha2-512 rsa-sha2-512-cert-v01@openssh.com"
+        "rsa-sha2-256-cert-v01@openssh.com rsa-sha2-512 rsa-sha2-512-cert-v01@openssh.com "
+        "ssh-mldsa44-ed25519 ssh-mldsa44-ed25519-cert "
+        "webauthn-sk-ecdsa-sha2-nistp256-cert-v01@openssh.com"
     )
 )
 _LOG_LEVELS = frozenset(_words("quiet fatal error info verbose debug debug1 debug2 debug3"))
@@ -379,7 +432,7 @@ def _rekey_limit(args: tuple[str, ...]) -> bool:
             return False
     if len(args) > 2:
         return False
-    return len(args) == 1 or args[1] == "none" or parse_time(args[1]) is not None
+    return len(args) == 1 or args[1] == "none" or valid_time(args[1])
 
 
 # keyword -> (check of the arguments, the most arguments ssh takes)
@@ -399,7 +452,7 @@ _CHECKS: dict[str, tuple[Callable[[tuple[str, ...]], bool], int]] = {
     "fingerprinthash": (lambda a: a[0].lower() in _DIGESTS, 1),
     "escapechar": (lambda a: _escape_char(a[0]), 1),
     "controlpersist": (
-        lambda a: a[0] in ("yes", "no", "true", "false") or parse_time(a[0]) is not None,
+        lambda a: a[0] in ("yes", "no", "true", "false") or valid_time(a[0]),
         1,
     ),
     "ipqos": (lambda a: all(_ipqos(x) for x in a), 2),
@@ -435,8 +488,7 @@ def check_line(line: Line) -> None:
     if kind == ARRAY:
         if any(a == "" for a in args):
             raise InputError(f"{line.where}: {line.spelled} has an empty argument")
-        if len(args) > 1 and any(a.lower() == "none" for a in args):
-            raise InputError(f"{line.where}: {line.spelled} none must appear alone")
+        # "none" among other values: refused from 8.7 on (ssh -G says so), accepted by 8.4.
         return
     if kind == PROXYJUMP:
         check_proxy_jump(line.rest.lstrip(_WHITESPACE + "="), line.where)
@@ -457,7 +509,7 @@ def _check_one_value(line: Line, kind: str) -> None:
                 f"{line.where}: {line.spelled} {arg!r} is not one of {', '.join(allowed)}"
             )
     elif kind == TIME:
-        if arg != "none" and parse_time(arg) is None:
+        if arg != "none" and not valid_time(arg):
             raise InputError(
                 f"{line.where}: {line.spelled} {arg!r} is not a time (e.g. 10, 1m30s, none)"
             )
@@ -470,8 +522,11 @@ def _check_one_value(line: Line, kind: str) -> None:
         raise InputError(f"{line.where}: {line.spelled} takes one value (extra arguments)")
 
 
-def parse_time(arg: str) -> int | None:
-    """OpenSSH's convtime: 30, 30s, 1m30s, ...; None if ssh would refuse it."""
+def parse_time(arg: str, *, decimal: bool = False) -> int | None:
+    """OpenSSH's convtime: 30, 30s, 1m30s, ...; None if ssh would refuse it. ``decimal``: as
+    10.3 on (convtime_double): seconds may have a fraction (truncated), given once."""
+    if decimal:
+        return _parse_time_decimal(arg)
     pos, total = 0, 0
     if not arg:
         return None
@@ -482,6 +537,36 @@ def parse_time(arg: str) -> int | None:
         total += int(m.group(1)) * _TIME_UNITS[m.group(2).lower()]
         pos = m.end()
     return total if total <= 2**31 - 1 else None
+
+
+_DECIMAL_PART_RE = re.compile(r"([0-9.]+)([smhdwSMHDW]?)")
+
+
+def _parse_time_decimal(arg: str) -> int | None:
+    pos, total, seconds_seen = 0, 0.0, False
+    if not arg:
+        return None
+    while pos < len(arg):
+        m = _DECIMAL_PART_RE.match(arg, pos)
+        if m is None:
+            return None
+        number, unit = m.group(1), m.group(2).lower()
+        if not re.fullmatch(r"[0-9]*\.?[0-9]*", number) or number == ".":
+            return None
+        if unit in ("", "s"):
+            if seconds_seen:
+                return None
+            seconds_seen = True
+        if "." in number and (unit not in ("", "s") or number.endswith(".")):
+            return None
+        total += float(number) * _TIME_UNITS[unit]
+        pos = m.end()
+    return int(total) if total <= 2**31 - 1 else None
+
+
+def valid_time(arg: str) -> bool:
+    """A time some supported release accepts."""
+    return parse_time(arg) is not None or parse_time(arg, decimal=True) is not None
 
 
 def parse_port(arg: str) -> int | None:

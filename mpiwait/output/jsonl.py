@@ -10,18 +10,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from mpiwait.output.groups import NAMES_PER_GROUP, group_not_ready, ready_count
-from mpiwait.wait.events import (
-    Event,
-    HostChanged,
-    HostLost,
-    HostReady,
-    HostsAdded,
-    HostState,
-    Rechecking,
-    StillWaiting,
-    WaitResult,
-    WaitStarted,
-)
+from mpiwait.wait import events as ev
 
 # In every record; raised when a field is removed, renamed or changes type
 # (docs/events.schema.json, docs/reference.md).
@@ -57,8 +46,8 @@ class JsonEvents:
         if not self.quiet:
             self._write("info", message=message)
 
-    def __call__(self, event: Event) -> None:
-        if isinstance(event, WaitResult):
+    def __call__(self, event: ev.Event) -> None:
+        if isinstance(event, ev.WaitResult):
             self._write(
                 "result",
                 end=event.end.value,
@@ -69,7 +58,7 @@ class JsonEvents:
             )
         elif self.quiet:
             return
-        elif isinstance(event, WaitStarted):
+        elif isinstance(event, ev.WaitStarted):
             self._write(
                 "start",
                 hosts=list(event.hosts),
@@ -80,11 +69,11 @@ class JsonEvents:
                 notes=list(event.notes),
                 launch=event.launch or None,
             )
-        elif isinstance(event, HostsAdded):
+        elif isinstance(event, ev.HostsAdded):
             self._write("hosts_added", hosts=list(event.hosts), total=event.total)
-        elif isinstance(event, HostChanged):
+        elif isinstance(event, ev.HostChanged):
             self._write("host", elapsed=round(event.elapsed, 3), **_state_dict(event.state))
-        elif isinstance(event, HostReady):
+        elif isinstance(event, ev.HostReady):
             self._write(
                 "ready",
                 host=event.host,
@@ -92,16 +81,16 @@ class JsonEvents:
                 total=event.total,
                 elapsed=round(event.elapsed, 3),
             )
-        elif isinstance(event, Rechecking):
+        elif isinstance(event, ev.Rechecking):
             self._write(
                 "recheck",
                 hosts=list(event.hosts),
                 older_than=event.older_than,
                 elapsed=round(event.elapsed, 3),
             )
-        elif isinstance(event, HostLost):
+        elif isinstance(event, ev.HostLost):
             self._write("lost", elapsed=round(event.elapsed, 3), **_state_dict(event.state))
-        elif isinstance(event, StillWaiting):
+        elif isinstance(event, ev.StillWaiting):
             self._write(
                 "waiting",
                 elapsed=round(event.elapsed, 3),
@@ -111,7 +100,7 @@ class JsonEvents:
             )
 
 
-def _group_records(hosts: Iterable[HostState]) -> list[dict[str, object]]:
+def _group_records(hosts: Iterable[ev.HostState]) -> list[dict[str, object]]:
     """The "waiting" record's groups: bounded whatever the number of hosts (a count per group
     and the first few of each); the full list is in the final "result"."""
     return [
@@ -125,7 +114,7 @@ def _group_records(hosts: Iterable[HostState]) -> list[dict[str, object]]:
     ]
 
 
-def _state_dict(state: HostState) -> dict[str, object]:
+def _state_dict(state: ev.HostState) -> dict[str, object]:
     return {
         "host": state.host,
         "stage": state.stage.value,

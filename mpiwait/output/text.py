@@ -11,22 +11,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from mpiwait.hosts.hostfile import count_hosts
+from mpiwait.hosts.hostfile import count_hosts, hosts_word
 from mpiwait.output.groups import NAMES_PER_GROUP, group_not_ready, ready_count
 from mpiwait.probe.outcome import Stage
-from mpiwait.wait.events import (
-    End,
-    Event,
-    HostChanged,
-    HostLost,
-    HostReady,
-    HostsAdded,
-    HostState,
-    Rechecking,
-    StillWaiting,
-    WaitResult,
-    WaitStarted,
-)
+from mpiwait.wait import events as ev
 
 PREFIX = "mpiwait: "
 # Above this many hosts a line per host would bury the log; hosts are reported in groups.
@@ -42,14 +30,14 @@ def _cut(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 3)] + "..."
 
 
-def _detail(host: HostState) -> str:
+def _detail(host: ev.HostState) -> str:
     """The detail without the host's own name in front (``w7: Name or service not known``
     under w7 says w7 twice); a different name in front (ssh config's HostName) stays."""
     prefix = f"{host.host}: "
     return host.detail[len(prefix) :] if host.detail.startswith(prefix) else host.detail
 
 
-def _names(hosts: list[HostState], *, details: bool, count: int = NAMES_PER_GROUP) -> str:
+def _names(hosts: list[ev.HostState], *, details: bool, count: int = NAMES_PER_GROUP) -> str:
     shown = [
         f"{h.host} ({_cut(_detail(h), DETAIL_WIDTH)})" if details and h.detail else h.host
         for h in hosts[:count]
@@ -72,7 +60,7 @@ def _fit(build: Callable[[int], str], width: int = LINE_WIDTH) -> str:
     return _fitting(build, width) or _cut(build(1), width)
 
 
-def _group_line(key: str, hosts: list[HostState]) -> str:
+def _group_line(key: str, hosts: list[ev.HostState]) -> str:
     """``  dns unresolved (120; Name or service not known): w1, w2 ... and 115 more``: a detail
     that all the hosts share is said once, otherwise each name carries its own."""
     shared = {_detail(h) for h in hosts}
@@ -83,21 +71,21 @@ def _group_line(key: str, hosts: list[HostState]) -> str:
     return _fit(lambda k: head + _names(hosts, details=True, count=k))
 
 
-def summary_lines(result: WaitResult) -> list[str]:
+def summary_lines(result: ev.WaitResult) -> list[str]:
     """The final words, short enough for a screen (and a termination message) at any scale."""
     total = len(result.hosts)
-    if result.end is End.READY:
+    if result.end is ev.End.READY:
         everyone = "1 host" if total == 1 else f"all {total} hosts"
         return [f"{everyone} ready in {result.elapsed:.1f}s"]
-    if result.end is End.PERMANENT and result.failed is not None:
+    if result.end is ev.End.PERMANENT and result.failed is not None:
         lines = [f"error: {result.failed.host}: {result.failed.detail}"]
         if result.hint:
             lines.append(f"hint: {result.hint}")
         return lines
     not_ready = result.not_ready
-    if result.end is End.TIMEOUT:
+    if result.end is ev.End.TIMEOUT:
         head = f"timed out after {result.elapsed:.1f}s"
-    elif result.end is End.INTERRUPTED:
+    elif result.end is ev.End.INTERRUPTED:
         head = f"interrupted by {result.signal_name or 'a signal'} after {result.elapsed:.1f}s"
     else:  # permanent, but without the host that caused it
         head = f"failed after {result.elapsed:.1f}s"
@@ -131,50 +119,51 @@ class TextEvents:
         if not self.quiet:
             self.line(message)
 
-    def __call__(self, event: Event) -> None:
-        if isinstance(event, WaitResult):
+    def __call__(self, event: ev.Event) -> None:
+        if isinstance(event, ev.WaitResult):
             for text in summary_lines(event):
                 self.line(text)
             return
         if self.quiet:
             return
-        if isinstance(event, WaitStarted):
+        if isinstance(event, ev.WaitStarted):
             self._total = len(event.hosts)
             for text in _start_lines(event):
                 self.line(text)
-        elif isinstance(event, HostsAdded):
+        elif isinstance(event, ev.HostsAdded):
             self._total = event.total
             self.line(
-                f"{len(event.hosts)} more {'host' if len(event.hosts) == 1 else 'hosts'} listed: "
-                f"{_names([HostState(h, Stage.PENDING) for h in event.hosts], details=False)} "
+                f"{len(event.hosts)} more {hosts_word(len(event.hosts))} listed: "
+                f"{_names([ev.HostState(h, Stage.PENDING) for h in event.hosts], details=False)} "
                 f"({event.total} in all)"
             )
-        elif isinstance(event, HostChanged):
+        elif isinstance(event, ev.HostChanged):
             if self._total <= PER_HOST_LINES_UP_TO:
                 state = event.state
                 self.line(f"[+{event.elapsed:.1f}s] {state.host}: {_why(state)}")
-        elif isinstance(event, HostReady):
+        elif isinstance(event, ev.HostReady):
             self._total = event.total
             step = max(1, event.total // 10) if event.total > PER_HOST_LINES_UP_TO else 1
             if event.ready == event.total or event.ready - self._last_progress >= step:
                 self._last_progress = event.ready
                 who = f" ({event.host})" if event.total <= PER_HOST_LINES_UP_TO else ""
                 self.line(f"[+{event.elapsed:.1f}s] {event.ready}/{event.total} ready{who}")
-        elif isinstance(event, Rechecking):
+        elif isinstance(event, ev.Rechecking):
             count = len(event.hosts)
-            names = _names([HostState(h, Stage.READY) for h in event.hosts], details=False)
+            names = _names([ev.HostState(h, Stage.READY) for h in event.hosts], details=False)
             self.line(
                 f"[+{event.elapsed:.1f}s] re-checking {count_hosts(count)} ready for more than "
                 f"{event.older_than:g}s: {names}"
             )
-        elif isinstance(event, HostLost):
+        elif isinstance(event, ev.HostLost):
             state = event.state  # always shown: it is why the launch waits again
             self.line(f"[+{event.elapsed:.1f}s] {state.host} no longer ready: {_why(state)}")
-        elif isinstance(event, StillWaiting):
+            self._last_progress -= 1  # the count fell: the next host ready is progress again
+        elif isinstance(event, ev.StillWaiting):
             self.line(_waiting_line(event))
 
 
-def _start_lines(event: WaitStarted) -> list[str]:
+def _start_lines(event: ev.WaitStarted) -> list[str]:
     """What the wait is about to do: which hosts, from where, which check, until when."""
     sources = "; ".join(event.sources) or "no source lists any host yet"
     deadline = f"deadline {event.timeout:g}s" if event.timeout > 0 else "no deadline"
@@ -192,12 +181,12 @@ def _start_lines(event: WaitStarted) -> list[str]:
     return lines
 
 
-def _why(state: HostState) -> str:
+def _why(state: ev.HostState) -> str:
     """``tcp refused (10.0.0.7 port 22: refused)``: where a host is stuck, and why."""
     return f"{state.stage.value} {state.reason}" + (f" ({state.detail})" if state.detail else "")
 
 
-def _waiting_line(event: StillWaiting) -> str:
+def _waiting_line(event: ev.StillWaiting) -> str:
     """``[+20s] 3/8 ready; tcp refused: w1, w2 ...``: a group per reason, a few names each."""
     groups = group_not_ready(event.hosts)
     parts = "; ".join(f"{key}: {_names(hosts, details=False)}" for key, hosts in groups)

@@ -5,23 +5,24 @@ decides about retries or other hosts. The stages run in order in a single attemp
 the first that does not pass, so an unready host costs a name lookup or a refused connect (an
 address whose port refused is reused for a few seconds rather than looked up again), and a host
 is logged into once, when its port first answers. paramiko stays inside this module
-(and probe/keys.py) and is imported on first use.
+(and probe/keys.py), is imported on first use, and what of its internals they rely on is
+in probe/paramiko_adapter.py.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
-import logging
 import socket
-import sys
 import threading
 import time
-from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from mpiwait.errors import InputError, PermanentError
+from mpiwait.openssh.client import find_client
 from mpiwait.openssh.config import SSHConfig, SSHTarget
+from mpiwait.probe import paramiko_adapter as adapter
+from mpiwait.probe.kept import KeptConnections
 from mpiwait.probe.keys import HostKeyPolicy, IdentityCache
 from mpiwait.probe.lookup import LookupPool, LookupTimeout, ResolverBusy
 from mpiwait.probe.outcome import PENALTY, Outcome, Reached, Stage, Status
@@ -42,12 +43,6 @@ if TYPE_CHECKING:
 # Entries of getaddrinfo's answer: (family, type, proto, canonname, sockaddr).
 AddrInfo = tuple[Any, ...]
 
-# paramiko imports invoke only for its own ssh_config `Match exec`, which mpiwait never uses
-# (openssh/evaluate.py runs Match exec itself); left out, paramiko's import takes ~55 ms instead of
-# ~100 ms (benchmarks/, scenario 3). This module is imported only on the paths that log in, before
-# paramiko is, so the flag is set exactly where paramiko is used. None: `import invoke` raises.
-sys.modules.setdefault("invoke", None)  # type: ignore[arg-type]  # None blocks an import
-
 READY = Outcome(Status.READY, Stage.READY, "ready")
 
 # What sshd writes before it closes a connection it turns away at once: OpenSSH 9.8+ for an
@@ -55,13 +50,6 @@ READY = Outcome(Status.READY, Stage.READY, "ready")
 # MaxStartups (sshd.c, drop_connection).
 _TURNED_AWAY = b"Not allowed at this time"
 _AT_MAX_STARTUPS = b"Exceeded MaxStartups"
-
-# paramiko logs every failed handshake (a silent or closing port, a socket we closed under its
-# reader thread) at ERROR, with a traceback. Without a handler of ours those records reach
-# logging's last-resort handler and land on stderr, among our own lines (and in the middle of
-# --log-format json). Each failure comes back to us as an exception or an inactive transport
-# and is reported once, as an Outcome; paramiko's own account of it is not wanted.
-logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
 def _retry(stage: Stage, reason: str, detail: str) -> Outcome:
@@ -80,9 +68,11 @@ class Prober:
         identities: IdentityCache | None = None,
         host_keys: HostKeyPolicy | None = None,
         pacer: Pacer | None = None,
+        kept: KeptConnections | None = None,
     ) -> None:
         self._options = options
         self._pacer = pacer or Pacer(None)
+        self._kept = kept  # where a passed login's connection stays open (None: closed)
         self._ssh = ssh
         self._identities = identities or IdentityCache()
         self._host_keys = host_keys or HostKeyPolicy()
@@ -150,14 +140,14 @@ class Prober:
             turned_away = _turned_away(sock, min(timeout, DROP_NOTICE_WAIT))
             if turned_away is not None:
                 return turned_away
-            outcome = self._login(sock, target, timeout)
+            outcome = self._login(sock, target, timeout, host)
         finally:
             sock.close()
         if outcome is READY:
             return _ready(target, infos, local)
         if outcome.status is Status.RETRY and outcome.reason != "remote-command":
             # closed before authenticating, after sshd handed it to a session process
-            return replace(outcome, pace=self._pacer.charge(peer))
+            return outcome._replace(pace=self._pacer.charge(peer))
         return outcome
 
     def _not_connected(
@@ -189,7 +179,7 @@ class Prober:
                 sock.close()
         return turned_away or _ready(target, infos, local)
 
-    def _login(self, sock: socket.socket, target: SSHTarget, timeout: float) -> Outcome:
+    def _login(self, sock: socket.socket, target: SSHTarget, timeout: float, host: str) -> Outcome:
         import paramiko
 
         try:
@@ -198,12 +188,7 @@ class Prober:
             )
         except PermanentError as exc:
             return Outcome(Status.FATAL, Stage.SSH, "identity", exc.message, exc.hint)
-        transport = paramiko.Transport(sock)
-        # paramiko's own defaults (15 s banner, 30 s auth) would let one silent host hold a
-        # probe slot far longer than the per-stage timeout promised to the user.
-        transport.banner_timeout = timeout
-        transport.handshake_timeout = timeout
-        transport.auth_timeout = timeout
+        transport = adapter.transport(sock, timeout)
         try:
             failed = (
                 self._handshake(transport, target, timeout)
@@ -213,7 +198,13 @@ class Prober:
             if failed is not None:
                 return failed
             if self._options.remote_command:
-                return self._run_remote(transport, self._options.remote_command, timeout)
+                outcome = self._run_remote(transport, self._options.remote_command, timeout)
+                if outcome is not READY:
+                    return outcome
+            if self._kept is not None:
+                # paramiko closes its socket below and sends nothing: a duplicate keeps the
+                # authenticated connection open
+                self._kept.keep(host, sock)
             return READY
         except (paramiko.SSHException, EOFError, OSError) as exc:
             return _retry(Stage.SSH, "handshake", f"SSH session failed: {_oserror(exc)}")
@@ -235,17 +226,16 @@ class Prober:
                 )
             except PermanentError as exc:
                 return Outcome(Status.FATAL, Stage.SSH, "host-key", exc.message, exc.hint)
-            _prefer_host_key_types(transport, known)
+            adapter.prefer_host_key_types(transport, known)
         try:
             transport.start_client(timeout=timeout)
         except (paramiko.SSHException, EOFError, OSError) as exc:
             return _before_banner(transport, exc, timeout) or _retry(
                 Stage.SSH, "handshake", f"SSH handshake failed: {_oserror(exc)}"
             )
-        if not transport.initial_kex_done:
-            # start_client returns silently, without an exception, when its own timeout
-            # passes first: tell a port that never sent a banner from a stalled key exchange.
-            if not transport.remote_version:
+        if not adapter.kex_done(transport):
+            # Tell a port that never sent a banner from a stalled key exchange.
+            if not adapter.banner_seen(transport):
                 return _retry(Stage.SSH, "no-banner", f"no SSH banner within {timeout:g}s")
             return _retry(Stage.SSH, "handshake", f"no SSH key exchange within {timeout:g}s")
         return None
@@ -303,11 +293,11 @@ class Prober:
         try:
             # Sent as given: the remote user's shell interprets it, exactly as with ssh host CMD.
             channel.exec_command(command)
-            if not channel.status_event.wait(timeout):
+            status = adapter.exit_status(channel, timeout)
+            if status is None:
                 return _retry(
                     Stage.SSH, "remote-command", f"{command!r} did not finish within {timeout:g}s"
                 )
-            status = channel.recv_exit_status()
         finally:
             channel.close()
         if status != 0:
@@ -350,7 +340,7 @@ def _turned_away(sock: socket.socket, wait: float) -> Outcome | None:
             '"drop connection ... penalty: <why>"), or sshd is at its MaxStartups limit',
         )
         # sshd drops these itself, uncharged; once a second is enough while it lasts (>= 15 s)
-        return replace(penalised, pace=NOAUTH_CHARGE)
+        return penalised._replace(pace=NOAUTH_CHARGE)
     if _AT_MAX_STARTUPS.startswith(first):
         return _retry(Stage.SSH, "closed", "sshd is at its MaxStartups limit")
     return None  # other text before the banner: the handshake reads it
@@ -360,46 +350,20 @@ def _before_banner(
     transport: paramiko.Transport, exc: BaseException, timeout: float
 ) -> Outcome | None:
     """The outcome when ``start_client`` failed before the server's SSH banner arrived, else
-    None (the failure came later, in the key exchange).
-
-    paramiko raises a plain SSHException ("Error reading SSH protocol banner...") whether the
-    server closed the connection or stayed silent; no subclass or attribute says which. What
-    does: ``remote_version`` stays empty until a banner has been read, and the SSHException is
-    raised while handling the socket's own error, which ``__context__`` keeps (EOFError or a
-    reset for a close, a timeout for silence). A reset that hits the sending of our own banner
-    comes as the OSError itself. tests/integration/test_probes_paramiko.py pins this against the
-    installed paramiko.
-    """
-    if transport.remote_version:
+    None (the failure came later, in the key exchange)."""
+    if adapter.banner_seen(transport):
         return None
-    cause = exc if isinstance(exc, (EOFError, OSError)) else exc.__context__
-    if isinstance(cause, (EOFError, ConnectionError)):
+    why = adapter.before_banner(exc)
+    if why == "closed":
         # sshd closes at once when it is past MaxStartups (after a line "Exceeded MaxStartups").
         return _retry(
             Stage.SSH,
             "closed",
             "connection closed before the SSH banner; is sshd at its MaxStartups limit?",
         )
-    if isinstance(cause, TimeoutError):  # socket.timeout is TimeoutError
+    if why == "silent":
         return _retry(Stage.SSH, "no-banner", f"no SSH banner within {timeout:g}s")
     return None
-
-
-def _prefer_host_key_types(transport: paramiko.Transport, known: tuple[str, ...]) -> None:
-    """Ask first for the host key types known_hosts lists, as ssh does (order_hostkeyalgs).
-
-    Without it paramiko asks for its own favourite (ed25519) and gets a key known_hosts does not
-    list, although it lists another of the server's keys: a refusal ("not in known_hosts")
-    under StrictHostKeyChecking yes where ssh logs in, and a listed key never compared otherwise.
-    """
-    if not known:
-        return
-    options = transport.get_security_options()
-    offered = list(options.key_types)
-    # rsa-sha2-256/512 are signatures made with an ssh-rsa key.
-    first = [a for a in offered if ("ssh-rsa" if a.startswith("rsa-sha2-") else a) in known]
-    if first:
-        options.key_types = first + [a for a in offered if a not in first]
 
 
 def _lookup_failed(exc: Exception, address: str, timeout: float) -> Outcome:
@@ -422,7 +386,7 @@ def _connect(infos: list[AddrInfo], timeout: float) -> tuple[socket.socket | Non
         sock = socket.socket(family, kind, proto)
         try:
             # paramiko does not set it; without it each SSH round trip waits on Nagle's
-            # algorithm and a login takes ~64 ms instead of ~19 ms here.
+            # algorithm (docs/design-decisions.md).
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.settimeout(timeout)
             sock.connect(address)
@@ -462,17 +426,17 @@ def _oserror(exc: BaseException) -> str:
 
 
 def _ready(target: SSHTarget, infos: list[AddrInfo], local: str) -> Outcome:
-    addresses = tuple(sorted({info[4][0] for info in infos}))
-    return Outcome(
-        Status.READY,
-        Stage.READY,
-        "ready",
-        reached=Reached(target.address, target.port, addresses, local),
-    )
+    addresses = tuple(info[4][0] for info in infos)
+    reached = Reached(target.address, target.port, addresses, local)
+    return Outcome(Status.READY, Stage.READY, "ready", reached=reached)
 
 
 def prober_for(
-    options: ProbeOptions, lookups: LookupPool, pacer: Pacer | None = None
+    options: ProbeOptions,
+    lookups: LookupPool,
+    pacer: Pacer | None = None,
+    *,
+    kept: KeptConnections | None = None,
 ) -> tuple[SSHConfig, Prober]:
     """ssh settings resolved as OpenSSH would, then our overrides (-p, -l, -i, -F); and the
     prober for them, with the stages up to --check (``pacer``: accounts of connections closed
@@ -482,5 +446,6 @@ def prober_for(
         port=options.port,
         user=options.user,
         identity_files=options.identity_files,
+        client=find_client(),  # the ssh mpirun will run: its release's rules, its ssh -G
     )
-    return ssh, Prober(options, ssh, lookups, pacer=pacer)
+    return ssh, Prober(options, ssh, lookups, pacer=pacer, kept=kept)

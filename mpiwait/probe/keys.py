@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mpiwait.errors import PermanentError
+from mpiwait.probe import paramiko_adapter  # noqa: F401  # before any paramiko import
 
 if TYPE_CHECKING:
     import paramiko
@@ -29,6 +30,10 @@ class Identity:
     def label(self) -> str:
         # The fingerprint identifies the key in logs without revealing any of it.
         return f"{self.path} ({self.key.get_name()} {self.key.fingerprint})"
+
+
+class UnsupportedKeyType(PermanentError):
+    """A private key OpenSSH takes and paramiko cannot (ML-DSA, from OpenSSH 10.5)."""
 
 
 def _check_mode(path: str) -> None:
@@ -49,6 +54,7 @@ def _check_mode(path: str) -> None:
 def load_identity(path: str) -> Identity:
     """Load one private key of any type OpenSSH accepts, whatever the file is called."""
     import paramiko
+    from cryptography.exceptions import UnsupportedAlgorithm
 
     try:
         _check_mode(path)
@@ -78,6 +84,14 @@ def load_identity(path: str) -> Identity:
         ) from None
     except IsADirectoryError:
         raise PermanentError(f"identity file {path} is a directory") from None
+    except UnsupportedAlgorithm as exc:
+        # cryptography names the key type, never the key's content.
+        raise UnsupportedKeyType(
+            f"identity file {path}: {str(exc)[:120]}; OpenSSH logs in with it, but mpiwait "
+            "(paramiko) cannot, so it cannot prove that login",
+            hint="give the launcher an RSA, ECDSA or Ed25519 key as well (mpi-operator's "
+            "ssh-auth secret holds one), or wait with --check tcp",
+        ) from None
     except (paramiko.SSHException, ValueError, UnicodeDecodeError, OSError) as exc:
         # paramiko's message names the key type it could not parse, never the key's content.
         raise PermanentError(
@@ -108,6 +122,7 @@ class IdentityCache:
         """
         paths = tuple(paths)
         found: list[Identity] = []
+        unusable: list[UnsupportedKeyType] = []
         for path in present_identity_files(paths, defaults=defaults):
             with self._lock:
                 cached = self._loaded.get(path)
@@ -117,9 +132,14 @@ class IdentityCache:
                     except PermanentError as exc:
                         cached = exc
                     self._loaded[path] = cached
+            if isinstance(cached, UnsupportedKeyType) and defaults:
+                unusable.append(cached)  # ssh would try the others too: so does mpiwait
+                continue
             if isinstance(cached, PermanentError):
                 raise cached
             found.append(cached)
+        if not found and unusable:
+            raise unusable[0]
         if not found:
             raise PermanentError(
                 "no identity file found (tried " + ", ".join(paths) + ")",

@@ -36,7 +36,7 @@ class _Request:
         self.host = host
         self.port = port
         # A lock taken now and released by the lookup thread: the cheapest one-shot signal
-        # (an Event builds a Condition and a second lock per wait, ~0.1 ms per host at scale).
+        # (an Event builds a Condition and a second lock per wait).
         self.done = threading.Lock()
         self.done.acquire()
         self.result: list[Any] | None = None

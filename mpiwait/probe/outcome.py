@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
 class Stage(str, enum.Enum):
@@ -20,6 +20,7 @@ class Status(str, enum.Enum):
     READY = "ready"  # passed every stage asked for
     RETRY = "retry"  # not yet: time may fix it
     FATAL = "fatal"  # answered, but in a way time will not fix (key rejected, host key mismatch)
+    LOST = "lost"  # not an attempt: the connection kept from a host's last login ended
 
 
 # The reason of an attempt that sshd turned away before its banner: its address is penalised
@@ -27,20 +28,19 @@ class Status(str, enum.Enum):
 PENALTY = "penalty"
 
 
-@dataclass(frozen=True)
-class Reached:
+class Reached(NamedTuple):
     """Where a passing attempt got, for its callers: the launch's interface, --list-ready's
     cache. Carried on the outcome so that nobody asks the prober again."""
 
     address: str  # the name or address looked up (ssh's HostName), and its port
     port: int
-    addresses: tuple[str, ...]  # what it resolved to, sorted, each once
+    addresses: tuple[str, ...]  # what it resolved to, in getaddrinfo's order
     local_address: str = ""  # this machine's end of the accepted connection; "" before a connect
 
 
-@dataclass(frozen=True)
-class Outcome:
-    """The result of one attempt at one host."""
+class Outcome(NamedTuple):
+    """The result of one attempt at one host (a NamedTuple: one is made per attempt, and a
+    frozen dataclass costs several times as much to build)."""
 
     status: Status
     stage: Stage  # READY when status is READY, otherwise the stage that did not pass

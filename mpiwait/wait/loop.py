@@ -9,11 +9,12 @@ shares the probe budget among the hosts still missing. Across hosts: at most ``p
 attempts in flight and at most ``probe_rate`` started per second (a token bucket), so a thousand
 unready workers do not turn into a flood of DNS queries.
 
-A host that has passed is not probed again while others are missing; but before the wait ends
-with every host ready, the hosts that passed longer than ``recheck_after`` ago are checked once
-more (all at once, within the same limits and deadline), and one that fails goes back to
-waiting: a worker restarted while the last one was still pulling its image would otherwise
-fail the launch.
+A host that has passed stays fresh while others are missing (docs/how-it-works.md): the runner
+reports the end of the connection kept from its login (a LOST outcome), and the host is checked
+again at once; and it is checked again ``recheck_after`` / 2 to ``recheck_after`` after each
+pass, within the same limits, while it still counts as ready. One that fails goes back to
+waiting. Before the wait ends with every host ready, those that hold no kept connection and
+passed longer than ``recheck_after`` ago are checked once more, and must pass.
 """
 
 from __future__ import annotations
@@ -22,10 +23,8 @@ import heapq
 import math
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
-
-import tenacity
 
 from mpiwait.errors import Interrupted
 from mpiwait.probe.outcome import PENALTY, Outcome, Stage, Status
@@ -43,7 +42,9 @@ from mpiwait.wait.events import (
 )
 from mpiwait.wait.policy import WaitPolicy
 from mpiwait.wait.runner import TokenBucket
-from mpiwait.wait.schedule import Schedule
+from mpiwait.wait.schedule import HostRetryState, Schedule
+
+LOST = Outcome(Status.LOST, Stage.SSH, "connection-closed", "its kept connection closed")
 
 
 class Runner(Protocol):
@@ -61,7 +62,6 @@ class Runner(Protocol):
 @dataclass
 class _Track:
     host: str
-    retry: tenacity.RetryCallState  # its state under the retry policy (wait/schedule.py)
     stage: Stage = Stage.PENDING
     reason: str = ""
     detail: str = ""
@@ -71,9 +71,13 @@ class _Track:
     hint: str | None = None
     since: float = 0.0  # when its current stretch of not being ready began
     passed_at: float = -math.inf  # when an attempt last passed
-    rechecking: bool = False
+    counted: bool = False  # counted as ready (also while a refreshing attempt is in flight)
+    rechecking: bool = False  # no longer counted, and its next outcome is a re-check's
+    due_seq: int = 0  # its live entry in the heap (others are left behind by a reschedule)
     local_address: str = ""  # this machine's end of its last passing connection
     rejected: Outcome | None = None  # the last rejected login of the current streak
+    # its state under the retry policy (wait/schedule.py), from its first failed attempt
+    retry: HostRetryState | None = None
 
     def state(self) -> HostState:
         return HostState(
@@ -88,6 +92,8 @@ class _Loop:
     emit: Callable[[Event], None]
     schedule: Schedule
     started: float
+    rng: random.Random
+    kept: Callable[[str], bool]  # whether a host holds a kept connection
     tracks: dict[str, _Track] = field(default_factory=dict)
     due: list[tuple[float, int, str]] = field(default_factory=list)  # heap of idle hosts
     seq: int = 0
@@ -100,7 +106,7 @@ class _Loop:
     def add(self, hosts: tuple[str, ...], at: float) -> tuple[str, ...]:
         new = tuple(h for h in hosts if h not in self.tracks)
         for host in new:
-            self.tracks[host] = _Track(host, self.schedule.state(at), since=at)
+            self.tracks[host] = _Track(host, since=at)
             self._schedule(host, at)
         return new
 
@@ -117,14 +123,21 @@ class _Loop:
         """Start the attempts due by ``now``, within the probe slots and the rate limit."""
         parallel = self.policy.budget.parallel
         due = self.due
-        while due and due[0][0] <= now and self.in_flight < parallel and bucket.take():
-            _, _, host = heapq.heappop(due)
+        while due and due[0][0] <= now and self.in_flight < parallel:
+            _, seq, host = due[0]
+            if seq != self.tracks[host].due_seq or self.tracks[host].in_flight:
+                heapq.heappop(due)  # superseded
+                continue
+            if not bucket.take():
+                return
+            heapq.heappop(due)
             self.tracks[host].in_flight = True
             self.in_flight += 1
             self.runner.start(host)
 
     def _schedule(self, host: str, at: float) -> None:
         self.seq += 1
+        self.tracks[host].due_seq = self.seq
         heapq.heappush(self.due, (at, self.seq, host))
 
     def result(
@@ -142,10 +155,13 @@ class _Loop:
     def record(self, host: str, outcome: Outcome, now: float) -> _Track | None:
         """Apply one outcome; returns the track when it ends the wait for good."""
         track = self.tracks[host]
+        if outcome.status is Status.LOST:
+            self._lapse(track, now)
+            return None
         track.in_flight = False
         self.in_flight -= 1
         track.attempts += 1
-        rechecked, track.rechecking = track.rechecking, False
+        rechecked, track.rechecking = track.rechecking or track.counted, False
         if track.rejected is not None and outcome.reason == PENALTY:
             # sshd penalises the address for the rejections themselves (PerSourcePenalties
             # authfail): its drops continue the streak instead of waiting the penalty out
@@ -156,10 +172,16 @@ class _Loop:
             track.passed_at = now
             if outcome.reached is not None:
                 track.local_address = outcome.reached.local_address
-            self.ready += 1
+            if not track.counted:
+                track.counted = True
+                self.ready += 1
             if not rechecked:  # a re-check that passes changes nothing worth a line
                 self.emit(HostReady(host, self.ready, len(self.tracks), now - self.started))
+            self._refresh(track, now)
             return None
+        if track.counted:
+            track.counted = False
+            self.ready -= 1
         if rechecked:
             self.round_clean = False
             track.since = now
@@ -176,6 +198,8 @@ class _Loop:
             track.rejected = None
         if changed:
             self.emit(HostChanged(track.state(), now - self.started))
+        if track.retry is None:
+            track.retry = self.schedule.state(track.since)
         wait = self.schedule.next_delay(
             track.retry,
             outcome,
@@ -189,12 +213,34 @@ class _Loop:
             self._schedule(host, now + max(wait, outcome.pace))
         return None
 
+    def _refresh(self, track: _Track, now: float) -> None:
+        """Check a host that passed again after a while, spread so that hosts that passed
+        together do not all come due together; it counts as ready meanwhile."""
+        bound = self.policy.recheck_after
+        if math.isfinite(bound):
+            self._schedule(track.host, now + self.rng.uniform(bound / 2, bound))
+
+    def _lapse(self, track: _Track, now: float) -> None:
+        """A passed host's kept connection ended: no longer ready until a check passes."""
+        if not track.counted:
+            return  # already waited for
+        self._uncount(track)
+        if not track.in_flight:  # else the attempt under way decides
+            self._schedule(track.host, now)
+
+    def _uncount(self, track: _Track) -> None:
+        track.counted = False
+        self.ready -= 1
+        track.rechecking = True
+        track.stage, track.reason, track.detail = Stage.PENDING, "re-checking", ""
+
     def recheck(self, now: float) -> bool:
-        """Every host ready: send back the stale ones for another check; False if none."""
+        """Every host ready: send back the stale ones without a kept connection for another
+        check; False if none."""
         if self.round_clean:
             return False
         horizon = now - self.policy.recheck_after
-        stale = [t for t in self.tracks.values() if t.passed_at < horizon]
+        stale = [t for t in self.tracks.values() if t.passed_at < horizon and not self.kept(t.host)]
         if not stale:
             return False
         self.emit(
@@ -202,10 +248,9 @@ class _Loop:
         )
         self.round_clean = True
         for track in stale:
-            track.rechecking = True
-            track.stage, track.reason, track.detail = Stage.PENDING, "re-checking", ""
-            self.ready -= 1
-            self._schedule(track.host, now)
+            self._uncount(track)
+            if not track.in_flight:
+                self._schedule(track.host, now)
         return True
 
 
@@ -213,7 +258,7 @@ def _penalised_after(rejected: Outcome) -> Outcome:
     """A rejected login's outcome, told that sshd now also turns the address away."""
     note = "; sshd now turns this address away (PerSourcePenalties, for the failed logins)"
     detail = rejected.detail if rejected.detail.endswith(note) else rejected.detail + note
-    return replace(rejected, detail=detail)
+    return rejected._replace(detail=detail)
 
 
 def wait_for_hosts(
@@ -224,18 +269,21 @@ def wait_for_hosts(
     policy: WaitPolicy,
     emit: Callable[[Event], None],
     rng: random.Random | None = None,
+    kept: Callable[[str], bool] = lambda host: False,
 ) -> WaitResult:
     """Wait until every listed host is ready, the deadline passes, or a host fails for good.
 
     ``first`` are the hosts known at the start; ``read_hosts`` re-reads the sources and returns
     (hosts, source descriptions); hosts once listed stay waited for, since a worker that
     disappears from discover_hosts.sh is restarting, not leaving the job. ``rng`` is the
-    source of the retry jitter (tests pass a seeded one).
+    source of the retry jitter (tests pass a seeded one). ``kept(host)``: whether the host holds
+    a kept connection, whose end the runner reports as a LOST outcome.
     """
     start = runner.now()
     deadline = start + policy.timeout if policy.timeout > 0 else math.inf
+    rng = rng or random.Random()
     schedule = Schedule(policy.retry, policy.budget.rate, rng, deadline=deadline)
-    loop = _Loop(policy, runner, emit, schedule, start)
+    loop = _Loop(policy, runner, emit, schedule, start, rng, kept)
     loop.add(first, start)
     next_reread = start + policy.reread_interval
     next_status = start + policy.status_interval

@@ -46,4 +46,4 @@ class WaitPolicy:
     reread_interval: float
     permanent_after: int
     status_interval: float = math.inf  # how often to emit StillWaiting while hosts are not ready
-    recheck_after: float = math.inf  # re-check, before the end, hosts that passed this long ago
+    recheck_after: float = math.inf  # the oldest a pass may be at the end (re-checked before)

@@ -26,14 +26,19 @@ class ThreadRunner(Generic[T]):
     escapes it (a probe bug, a library surprise) into a result, so no host is lost."""
 
     def __init__(
-        self, work: Callable[[str], T], workers: int, on_error: Callable[[Exception], T]
+        self,
+        work: Callable[[str], T],
+        workers: int,
+        on_error: Callable[[Exception], T],
+        done: queue.SimpleQueue[tuple[str, T]] | None = None,
     ) -> None:
         self._work = work
         self._on_error = on_error
         self._workers = max(1, workers)
         self._threads: list[threading.Thread] = []
         self._jobs: queue.SimpleQueue[str] = queue.SimpleQueue()
-        self._done: queue.SimpleQueue[tuple[str, T]] = queue.SimpleQueue()
+        # shared with whoever else reports (host, result): the kept connections' LOST
+        self._done = done if done is not None else queue.SimpleQueue()
         self._idle = 0
         self._lock = threading.Lock()
 
@@ -105,12 +110,9 @@ class TokenBucket:
 
 
 class StartWindow:
-    """--list-ready's probe budget: at most ``rate`` starts in any second, as README promises.
-
-    A sliding window rather than the wait's token bucket: Horovod calls every second, and 64
-    known hosts re-checked at once are 64 starts in that second, within the budget; a bucket of
-    32 would spread them over 160 ms of every call for nothing. A rate under 1/s allows one
-    start per 1/rate seconds.
+    """--list-ready's probe budget: at most ``rate`` starts in any second, as --probe-rate
+    promises; a rate under 1/s allows one start per 1/rate seconds. A window, not the wait's
+    bucket: Horovod's 64 known hosts re-checked at once start at once (docs/design-decisions.md).
     """
 
     def __init__(self, rate: float) -> None:

@@ -21,11 +21,13 @@ race with a worker mounting its keys, and racing faster would only end the wait 
 every host when the user set the envelope by hand (``follow_budget`` off): the options keep the
 meaning they always had.
 
-tenacity carries the decisions, one RetryCallState per host asked by the one waiting loop (not a
+tenacity carries the decisions, one call state per host asked by the one waiting loop (not a
 ``Retrying`` per host, which would sleep in a thread of its own: docs/design-decisions.md):
-which outcomes are retried (``retry_if_result``: any that did not pass), how long to wait (a
+which outcomes are retried (a ``retry_base``: any that did not pass), how long to wait (a
 ``wait_base``: the budget-following one above, or full jitter), and when to stop (before a
-next attempt that would come at or past the deadline, as ``stop_before_delay`` does).
+next attempt that would come at or past the deadline, as ``stop_before_delay`` does). The call
+state carries the attempt's Outcome as it is, not wrapped in a Future as tenacity's own
+``retry_if_result`` wants it: building that Future was most of a decision's cost.
 """
 
 from __future__ import annotations
@@ -34,11 +36,18 @@ import math
 import random
 
 import tenacity
+from tenacity.retry import retry_base
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
 from mpiwait.probe.outcome import Outcome, Stage, Status
 from mpiwait.wait.policy import RetryPolicy
+
+
+class HostRetryState(tenacity.RetryCallState):
+    """One host's call state: tenacity's, with the last attempt's Outcome as it is."""
+
+    last: Outcome
 
 
 class FullJitter(tenacity.wait_exponential):
@@ -67,7 +76,7 @@ class FollowBudget(wait_base):
     def __call__(self, retry_state: tenacity.RetryCallState) -> float:
         p = self._policy
         envelope = float(self._envelope(retry_state))
-        outcome: Outcome = _outcome(retry_state)
+        outcome = _last(retry_state)
         if outcome.status is Status.FATAL:
             return self._rng.uniform(0.0, envelope)
         lo = min(p.floor(outcome.stage), envelope)
@@ -95,14 +104,17 @@ class StopAtDeadline(stop_base):
         return now + retry_state.upcoming_sleep >= self._deadline
 
 
-def _outcome(retry_state: tenacity.RetryCallState) -> Outcome:
-    assert retry_state.outcome is not None
-    result: Outcome = retry_state.outcome.result()
-    return result
+class RetryIfNotPassed(retry_base):
+    """Retry whatever did not pass: not yet (RETRY) and refused (FATAL, until the wait ends on
+    a streak of them)."""
+
+    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
+        return _last(retry_state).status is not Status.READY
 
 
-def _not_passed(outcome: Outcome) -> bool:
-    return outcome.status is not Status.READY
+def _last(retry_state: tenacity.RetryCallState) -> Outcome:
+    assert isinstance(retry_state, HostRetryState)
+    return retry_state.last
 
 
 class Schedule:
@@ -119,7 +131,7 @@ class Schedule:
         self.policy = policy
         rng = rng or random.Random()
         self._retrying = tenacity.Retrying()  # the owner tenacity's call state requires
-        self._retry = tenacity.retry_if_result(_not_passed)
+        self._retry = RetryIfNotPassed()
         self._budget = FollowBudget(policy, probe_rate, rng)
         self._wait: wait_base = (
             self._budget
@@ -130,15 +142,15 @@ class Schedule:
             StopAtDeadline(deadline) if math.isfinite(deadline) else tenacity.stop_never
         )
 
-    def state(self, since: float) -> tenacity.RetryCallState:
+    def state(self, since: float) -> HostRetryState:
         """A host's retry state, for a stretch of not being ready that began at ``since``."""
-        state = tenacity.RetryCallState(self._retrying, None, (), {})
+        state = HostRetryState(self._retrying, None, (), {})
         state.start_time = since
         return state
 
     def next_delay(
         self,
-        state: tenacity.RetryCallState,
+        state: HostRetryState,
         outcome: Outcome,
         *,
         attempts: int,
@@ -150,7 +162,7 @@ class Schedule:
         with ``outcome`` at ``now``, not ready since ``since``, with ``missing`` hosts not ready
         in all; None when it is not tried again (it passed, or the deadline comes first)."""
         state.attempt_number = attempts
-        state.outcome = tenacity.Future.construct(attempts, outcome, False)
+        state.last = outcome
         state.outcome_timestamp = now
         state.start_time = since
         if not self._retry(state):

@@ -34,6 +34,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import testbed
 from testbed import containers, leaks
 
 import mpiwait
@@ -48,11 +49,7 @@ ARM64_IMAGE = f"{MPIWAIT_IMAGE}-arm64"
 ARM64_BASE = "mpiwait-tests/debian-arm64:bookworm-slim"
 BUNDLE_LIMIT = 60 * 1024 * 1024
 
-_PROBLEM = containers.missing_requirements()
-pytestmark = [
-    pytest.mark.container,
-    pytest.mark.skipif(_PROBLEM is not None, reason=f"container engine unavailable: {_PROBLEM}"),
-]
+pytestmark = [pytest.mark.container, testbed.needs("containers")]
 
 # mpi-operator's mpi-pi:mpich as far as mpiwait and mpirun can tell: Debian, MPICH, OpenSSH with
 # the operator's base-image edits (client and server on port 2222, no host key checks), mpiuser
@@ -140,9 +137,11 @@ def mpiwait_image(engine: containers.Engine) -> str:
 @pytest.fixture(scope="session")
 def arm64_image(engine: containers.Engine) -> str:
     """The same Dockerfile for linux/arm64, from a debootstrap arm64 base, under emulation."""
+    if os.uname().machine != "aarch64":
+        testbed.require("qemu-aarch64")
     problem = containers.arm64_emulation()
     if problem:
-        pytest.skip(f"arm64 emulation: {problem}")
+        pytest.fail(f"arm64 emulation: {problem}")
     base = engine.debian_base("bookworm", "arm64")
     assert base == ARM64_BASE
     build_image(
@@ -731,9 +730,7 @@ def test_compose_example_with_debian_12_docker_compose_1_29(engine, tmp_path):
     """Debian 12's docker-compose package (1.29) in a container of its own, with the Debian
     docker CLI it uses for builds and runs, against the engine's socket."""
     image = containers.compose_v1(engine)
-    cli = Path("/usr/bin/docker")
-    if not cli.exists():
-        pytest.skip("Debian's docker CLI (/usr/bin/docker from docker.io) not installed")
+    cli = testbed.require("docker").path
     tmp_path.chmod(0o755)
     compose = [
         "docker", "run", "--rm", "-e", "COMPOSE_FILE", "-e", "DOCKER_BUILDKIT=0",

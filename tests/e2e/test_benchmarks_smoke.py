@@ -15,7 +15,6 @@ from pathlib import Path
 
 import pytest
 import testbed
-from conftest import requires_openmpi
 
 pytestmark = pytest.mark.root
 
@@ -50,24 +49,27 @@ def _own_leftovers() -> list[str]:
     return [n for n in testbed.bed_names() if not testbed.alive(testbed.bed_owner(n) or 0)]
 
 
-@requires_openmpi
+@testbed.needs("openmpi4", "iptables", "strace")  # gap needs mpirun; load, iptables and strace
 def test_quickest_run_of_every_scenario(tmp_path: Path) -> None:
     before = set(_own_leftovers())
     first = _harness(
         ["--quick", "--methods", "mpiwait,dns-entrypoint", "--scenarios",
-         "gap,gap64,scale,startup", "--sizes", "5", "--gap-workers", "3", "--gap-large", "4",
-         "--spread", "2"],
+         "gap,gap64,scale,startup,gapscale", "--sizes", "5", "--gap-workers", "3",
+         "--gap-large", "4", "--spread", "2", "--gap-sizes", "3", "--gap-late", "2"],
         tmp_path / "a",
         timeout=120,
     )  # fmt: skip
     kinds = [s["scenario"] for s in first["scenarios"]]
-    assert kinds == ["launch-gap", "launch-gap", "scale", "startup"]
+    assert kinds == ["launch-gap", "launch-gap", "scale", "startup", "gap-scale"]
     gap = first["scenarios"][0]
     assert {r["method"] for r in gap["rows"]} == {"mpiwait", "dns-entrypoint"}
     assert all(r["rc"] is not None for r in gap["runs"])  # nothing hit the harness's timeout
     scale = first["scenarios"][2]["rows"]
     assert any(r["method"] == "mpiwait" and r.get("wall_s") for r in scale)
     assert {t["target"].split(" (")[0] for t in first["targets"]} >= {"launch gap median"}
+    (gapscale,) = first["scenarios"][4]["rows"]
+    assert (gapscale["n"], gapscale["method"], gapscale["never_launched"]) == (3, "mpiwait", 0)
+    assert gapscale["gap_s"] and gapscale["logins_per_ready_worker_per_min"]
 
     # with a baseline (here this very checkout), measured side by side as "mpiwait (before)"
     second = _harness(
@@ -91,3 +93,18 @@ def test_quickest_run_of_every_scenario(tmp_path: Path) -> None:
     assert all(r["logins_per_host"] for r in load["rows"])
     assert set(_own_leftovers()) <= before, "the harness left network namespaces behind"
     assert os.path.exists(tmp_path / "a" / "results.md")
+
+
+def test_ssh_config_cost_runs() -> None:
+    # docs/ssh-settings.md's command, in its quickest form: the three ways side by side.
+    cp = subprocess.run(
+        [sys.executable, "-m", "benchmarks.ssh_config_cost", "--hosts", "20"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert cp.returncode == 0, cp.stderr[-3000:]
+    rows = [ln.split()[0] for ln in cp.stdout.splitlines()[2:]]
+    assert rows == ["reader", "reader", "ssh"], cp.stdout

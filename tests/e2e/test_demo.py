@@ -23,9 +23,8 @@ from pathlib import Path
 
 import pytest
 import testbed
-from conftest import requires_openmpi, requires_root_netns
 
-pytestmark = [pytest.mark.root, pytest.mark.mpi, requires_root_netns, requires_openmpi]
+pytestmark = [pytest.mark.root, pytest.mark.mpi, testbed.needs("netns"), testbed.needs("openmpi4")]
 
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "scripts" / "demo"

@@ -26,15 +26,12 @@ from __future__ import annotations
 import os
 import re
 import shlex
-import shutil
 import subprocess
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 import testbed
-from conftest import requires_mpich, requires_openmpi, requires_root_netns
 from test_e2e_mpi import (
     RUN_TIMEOUT,
     finish,
@@ -45,9 +42,8 @@ from test_e2e_mpi import (
 
 from mpiwait.launch.handover import PRRTE_NAMES
 
-pytestmark = [pytest.mark.root, pytest.mark.mpi, requires_root_netns]
+pytestmark = [pytest.mark.root, pytest.mark.mpi, testbed.needs("netns")]
 
-MPIS = Path(os.environ.get("MPIWAIT_TEST_MPIS", "/var/cache/mpiwait-tests"))
 DEADLINE = ["--timeout", "60"]
 # A failing control ends in a second or two; MPICH 4.0 hangs, and this bounds it.
 CONTROL_TIMEOUT = 10.0
@@ -55,10 +51,7 @@ CONTROL_TIMEOUT = 10.0
 
 def pypi_mpi(name: str) -> Path:
     """The bin directory of an MPI installed by scripts/install-test-mpis; skip without it."""
-    venv = MPIS / name
-    if not (venv / ".installed").is_file():
-        pytest.skip(f"{venv} is not installed: run scripts/install-test-mpis (.ci/run does)")
-    return venv / "bin"
+    return testbed.require(name).path / "bin"
 
 
 # A real MPI program: every rank adds its rank + 1 across the job (two ranks: 1 + 2 = 3). Each
@@ -156,12 +149,13 @@ def _hydra_case(mpi: str) -> tuple[Path | None, dict[str, str], list[str], str]:
     if mpi == "mpich5":
         bin_dir = pypi_mpi("mpich5")
         return bin_dir, env, mpi4py(bin_dir), "HYDRA_IFACE"
-    if shutil.which("mpiexec.hydra") is None:
-        pytest.skip("MPICH (mpiexec.hydra) not installed")
+    testbed.require("mpich4")
     return None, env, ["mpiexec.hydra", "-n", "2", "hostname"], "HYDRA_IFACE"
 
 
-@pytest.mark.parametrize("mpi", ["intel", "mpich5", pytest.param("mpich4", marks=requires_mpich)])
+@pytest.mark.parametrize(
+    "mpi", ["intel", "mpich5", pytest.param("mpich4", marks=testbed.needs("mpich4"))]
+)
 def test_hydra_workers_call_back_to_a_launcher_name_they_cannot_resolve(bed, tmp_path, mpi):
     bin_dir, operator_env, command, iface_var = _hydra_case(mpi)
     b = bed(2)
@@ -261,7 +255,7 @@ TRAINER_LAUNCHER = "pi-launcher-0-0.pi"
 
 
 @pytest.mark.parametrize(
-    "mpi", [pytest.param("openmpi4", marks=requires_openmpi), pytest.param("openmpi5")]
+    "mpi", [pytest.param("openmpi4", marks=testbed.needs("openmpi4")), pytest.param("openmpi5")]
 )
 def test_self_entry_that_resolves_late_is_waited_for_not_logged_into(bed, tmp_path, mpi):
     bin_dir = pypi_mpi("openmpi5") if mpi == "openmpi5" else None
@@ -420,8 +414,7 @@ def test_intel_mpi_started_by_a_wrapper_calls_back_without_a_name(bed, tmp_path,
 
 def horovod_bin() -> Path:
     """The bin directory of this interpreter's venv, where .ci/run installs Horovod."""
-    pytest.importorskip("horovod.runner.launch", reason="horovod is not installed (.ci/run does)")
-    return Path(sys.executable).parent
+    return testbed.require("horovod").path
 
 
 def test_horovodrun_ssh_check_passes_a_late_worker_only_behind_mpiwait(bed, tmp_path):

@@ -30,9 +30,8 @@ from pathlib import Path
 
 import pytest
 import testbed
-from conftest import requires_mpich, requires_openmpi, requires_root_netns
 
-pytestmark = [pytest.mark.root, pytest.mark.mpi, requires_root_netns]
+pytestmark = [pytest.mark.root, pytest.mark.mpi, testbed.needs("netns")]
 
 REPO = Path(__file__).resolve().parents[2]
 # The interpreter running the tests: the CI venv (package installed) or a system Python with
@@ -165,7 +164,7 @@ class Timeline:
 # Entry-point mode and initContainer mode
 
 
-@requires_openmpi
+@testbed.needs("openmpi4")
 def test_openmpi_entrypoint_waits_for_staggered_workers(bed):
     b = bed(3, start=False)
     b.start_sshd(0)
@@ -192,7 +191,7 @@ def test_openmpi_entrypoint_waits_for_staggered_workers(bed):
     assert re.search(r"^mpiwait: \[\+[\d.]+s\] 3/3 ready \(w\d\)$", r.stderr, re.M), show(r)
 
 
-@requires_mpich
+@testbed.needs("mpich4")
 def test_mpich_hydra_entrypoint_waits_for_staggered_workers(bed):
     b = bed(3, start=False)
     b.start_sshd(0)
@@ -206,7 +205,7 @@ def test_mpich_hydra_entrypoint_waits_for_staggered_workers(bed):
     assert_launched(r, ["w1", "w2", "w3"])
 
 
-@requires_openmpi
+@testbed.needs("openmpi4")
 def test_init_container_then_mpirun_as_a_separate_process(bed, tmp_path):
     b = bed(3, start=False)
     etc_mpi = b.write_etc_mpi(tmp_path / "etc-mpi")
@@ -251,8 +250,8 @@ Host *
 @pytest.mark.parametrize(
     "flavor",
     [
-        pytest.param("openmpi", marks=requires_openmpi),
-        pytest.param("mpich", marks=requires_mpich),
+        pytest.param("openmpi", marks=testbed.needs("openmpi4")),
+        pytest.param("mpich", marks=testbed.needs("mpich4")),
     ],
 )
 def test_mpi_operator_layout_with_no_ssh_flags(bed, tmp_path, flavor):
@@ -366,7 +365,7 @@ def test_mpi_operator_layout_with_no_ssh_flags(bed, tmp_path, flavor):
 # Non-root: launcher and workers as mpiuser
 
 
-@requires_openmpi
+@testbed.needs("openmpi4")
 def test_non_root_launcher_and_workers_on_port_2222(bed, tmp_path, as_user):
     b = bed(3, user="mpiuser", port=2222, start=False)  # creates mpiuser if missing
     wrap, drop = as_user("mpiuser")  # lets mpiuser run this interpreter (see conftest)
@@ -448,7 +447,7 @@ def test_non_root_launcher_and_workers_on_port_2222(bed, tmp_path, as_user):
 # The same image on a worker
 
 
-@requires_openmpi
+@testbed.needs("openmpi4")
 def test_worker_role_execs_sshd_at_once_and_it_serves_the_launcher(bed, tmp_path):
     b = bed(2, start=False)
     b.start_sshd(0)
@@ -546,7 +545,7 @@ def _flap_after_the_pass(b: testbed.TestBed) -> None:
     b.start_sshd(0)
 
 
-@requires_openmpi
+@testbed.needs("openmpi4")
 @pytest.mark.parametrize("fault", list(FAULTS))
 def test_fault_while_waiting_then_launch(bed, tmp_path, fault):
     f = FAULTS[fault]
@@ -569,7 +568,7 @@ def test_fault_while_waiting_then_launch(bed, tmp_path, fault):
 # The wait is what makes the launch work
 
 
-@requires_openmpi
+@testbed.needs("openmpi4")
 def test_a_probe_that_checks_too_little_launches_too_early(bed):
     """Names resolve before sshd listens (a Service with publishNotReadyAddresses): a probe
     that stops at DNS lets mpirun start while w3's sshd is down, and mpirun fails. The SSH

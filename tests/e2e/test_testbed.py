@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 import testbed
-from conftest import requires_mpich, requires_openmpi, requires_root_netns
 from testbed import _registry, _sys  # this file tests the library itself
 
-pytestmark = [pytest.mark.root, requires_root_netns]
+pytestmark = [pytest.mark.root, testbed.needs("netns")]
 
 SSH_FAST_FAIL = ["-o", "ConnectTimeout=2", "-o", "ConnectionAttempts=1"]
 
@@ -320,7 +319,7 @@ def test_cleanup_stale_spares_live_beds(bed):
 
 
 @pytest.mark.mpi
-@requires_openmpi
+@testbed.needs("openmpi4")
 def test_openmpi_over_the_bed(bed):
     b = bed(3)
     r = b.run(b.openmpi_argv(["hostname"]), timeout=60)
@@ -338,7 +337,7 @@ def test_openmpi_over_the_bed(bed):
 
 
 @pytest.mark.mpi
-@requires_openmpi
+@testbed.needs("openmpi4")
 def test_openmpi_as_non_root_user(bed):
     b = bed(2, user="mpiuser", port=2222)
     r = b.run(b.openmpi_argv(["id", "-un"]), as_user="mpiuser", cwd="/tmp", timeout=60)
@@ -347,7 +346,7 @@ def test_openmpi_as_non_root_user(bed):
 
 
 @pytest.mark.mpi
-@requires_mpich
+@testbed.needs("mpich4")
 def test_mpich_hydra_over_the_bed(bed):
     b = bed(3)
     r = b.run(b.mpich_argv(["hostname"]), timeout=60)

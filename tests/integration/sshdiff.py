@@ -22,23 +22,28 @@ import re
 import socket
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from testbed import releases
 
 from mpiwait.errors import InputError
+from mpiwait.openssh.client import Client, find_client, first_error, parse_banner
 from mpiwait.openssh.config import LocalUser, SSHConfig
 
-DEFAULT_NAMES = ("id_rsa", "id_ecdsa", "id_ed25519")  # the ones mpiwait probes with
-SSH_DEFAULT_NAMES = (
-    "id_rsa",
-    "id_ecdsa",
-    "id_ecdsa_sk",
-    "id_ed25519",
-    "id_ed25519_sk",
-    "id_xmss",
-    "id_dsa",
+# The ones mpiwait probes with, of any release's defaults (client.Rules.default_identity_names).
+DEFAULT_NAMES = ("id_rsa", "id_ecdsa", "id_ed25519", "id_mldsa44_ed25519")
+_SK = ("id_rsa", "id_ecdsa", "id_ecdsa_sk", "id_ed25519", "id_ed25519_sk")
+# ssh -G's default list, by release: 8.4, 9.2, 10.0 (Debian builds XMSS in), 10.6.
+SSH_DEFAULT_LISTS = (
+    ("id_rsa", "id_dsa", *_SK[1:], "id_xmss"),
+    (*_SK, "id_xmss", "id_dsa"),
+    (*_SK, "id_xmss"),
+    (*_SK, "id_mldsa44_ed25519"),
 )
 _POLICY = {"true": {"yes"}, "false": {"no"}, "ask": {"yes", "unset"}, "accept-new": {"accept-new"}}
 
@@ -82,15 +87,17 @@ def _expand_like_ssh(value: str, tokens: Mapping[str, str], env: Mapping[str, st
     return "".join(out)
 
 
-def ssh_identities(lines: list[str], host_arg: str, env: Mapping[str, str]) -> list[str]:
+def ssh_identities(
+    lines: list[str], host_arg: str, env: Mapping[str, str], *, jump_token: bool = True
+) -> list[str]:
     """What ssh would load, in order (its defaults narrowed to the three mpiwait tries)."""
     first: dict[str, str] = {}
     for line in lines:
         key, _, value = line.partition(" ")
         first.setdefault(key, value)
     raw = [line[len("identityfile ") :] for line in lines if line.startswith("identityfile ")]
-    if raw == [f"~/.ssh/{n}" for n in SSH_DEFAULT_NAMES]:
-        raw = [f"~/.ssh/{n}" for n in DEFAULT_NAMES]
+    if any(raw == [f"~/.ssh/{n}" for n in names] for names in SSH_DEFAULT_LISTS):
+        raw = [v for v in raw if v[len("~/.ssh/") :] in DEFAULT_NAMES]
     this = socket.gethostname()
     entry = pwd.getpwuid(os.getuid())
     hostname, port, user = first["hostname"], first["port"], first["user"]
@@ -101,7 +108,7 @@ def ssh_identities(lines: list[str], host_arg: str, env: Mapping[str, str]) -> l
         "d": entry.pw_dir,
         "h": hostname,
         "i": str(os.getuid()),
-        "j": first.get("proxyjump", ""),
+        **({"j": first.get("proxyjump", "")} if jump_token else {}),  # %j: 9.3 on
         "k": first.get("hostkeyalias") or host_arg,
         "l": this,
         "n": host_arg,
@@ -124,8 +131,11 @@ def compare(
     ssh_args: list[str],
     make_resolver,
     env: Mapping[str, str],
+    ssh_g=ssh_g,
+    version: tuple[int, int] = (9, 2),
 ) -> list[str]:
-    """The differences between ssh and mpiwait for one host; [] when they agree."""
+    """The differences between ssh and mpiwait for one host; [] when they agree. ``ssh_g``
+    runs ``ssh -G ARGS`` (the installed one, or a release's under chroot)."""
     rc, lines, err = ssh_g([*ssh_args, host], env)
     try:
         got = make_resolver().resolve(host)
@@ -140,7 +150,7 @@ def compare(
             return [f"{host}: mpiwait's refusal names no line: {ours_error!r}"]
         return []
     try:
-        want_ids = ssh_identities(lines, host, env)
+        want_ids = ssh_identities(lines, host, env, jump_token=version >= (9, 3))
     except (KeyError, IndexError):
         # ssh -G accepts, but ssh itself would exit when it expands the IdentityFile.
         if ours_error is not None and "IdentityFile" in ours_error:
@@ -204,11 +214,45 @@ def _private_home(home: str, scratch: Path) -> None:
     Path(home, ".ssh").mkdir(mode=0o700)
 
 
+@dataclass(frozen=True)
+class ChrootClient(Client):
+    """A release's ssh (testbed.releases) as mpiwait would find it installed: asked under
+    chroot, with ``work`` and ``mounts`` as Release.ssh takes them."""
+
+    release: releases.Release | None = None
+    work: Path | None = None
+    mounts: tuple[tuple[Path, str], ...] = ()
+
+    @classmethod
+    def of(
+        cls, release: releases.Release, work: Path, mounts: Sequence[tuple[Path, str]] = ()
+    ) -> ChrootClient:
+        rules = parse_banner(release.version)
+        assert rules is not None, release.version
+        return cls("/usr/bin/ssh", release.version, rules, release, work, tuple(mounts))
+
+    def ask(self, args: Sequence[str], environ: Mapping[str, str]) -> tuple[bool, str]:
+        assert self.release is not None
+        ran = self.release.ssh(["-G", *args], work=self.work, mounts=self.mounts, env=environ)
+        if ran.returncode != 0:
+            return False, first_error(ran.stderr)
+        return True, ran.stdout
+
+    def ssh_g(self, args: list[str], env: Mapping[str, str]) -> tuple[int, list[str], str]:
+        assert self.release is not None
+        ran = self.release.ssh(["-G", *args], work=self.work, mounts=self.mounts, env=env)
+        return ran.returncode, ran.stdout.splitlines(), ran.stderr
+
+
 def run_spec(spec: dict) -> list[str]:
-    """Run every case of a spec; only inside a private mount namespace (mounts are made here)."""
+    """Run every case of a spec; only inside a private mount namespace (mounts are made here).
+    With ``suite``, the oracle is that release's ssh under chroot, the case's files mounted over
+    its /etc/ssh and /root/.ssh (needs the user to be root, whose home is /root in the roots)."""
     diffs: list[str] = []
     home = pwd.getpwuid(os.getuid()).pw_dir
     _private_home(home, Path(spec["scratch"]))
+    suite = spec.get("suite")
+    release = releases.Release(suite) if suite else None
     for case in spec["cases"]:
         d = Path(case["dir"])
         mounts = [(d / "home" / ".ssh", f"{home}/.ssh"), (d / "etc-ssh", "/etc/ssh")]
@@ -216,14 +260,31 @@ def run_spec(spec: dict) -> list[str]:
             subprocess.run(["mount", "--bind", str(src), dst], check=True)
         try:
             env = {**os.environ, "HOME": home}
+            if release is not None:
+                env = {"HOME": home, "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SHELL": "/bin/sh"}
+                client: Client = ChrootClient.of(
+                    release, Path(spec["scratch"]), [(src, dst) for src, dst in mounts]
+                )
+                oracle = client.ssh_g  # type: ignore[attr-defined]
+            else:
+                client, oracle = find_client(), ssh_g
             for host in case["hosts"]:
                 for diff in compare(
                     host,
                     [],
-                    lambda env=env: SSHConfig(local_user=LocalUser.current(env), environ=env),
+                    lambda env=env, client=client: SSHConfig(
+                        local_user=LocalUser.current(env),
+                        environ=env,
+                        client=client,
+                        remote_command="" if release is not None else None,
+                    ),
                     env,
+                    ssh_g=oracle,
+                    version=client.rules.version,
                 ):
-                    diffs.append(f"{case['name']} (default files): {diff}")
+                    diffs.append(
+                        f"{case['name']} (default files{', ' + suite if suite else ''}): {diff}"
+                    )
         finally:
             for _, dst in reversed(mounts):
                 subprocess.run(["umount", dst], check=True)

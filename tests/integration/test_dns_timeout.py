@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import socket
 import time
 from pathlib import Path
@@ -33,15 +32,6 @@ while True:
 """
 
 
-def _namespaces_problem() -> str | None:
-    if os.geteuid() != 0:
-        return "needs root for a private network and mount namespace"
-    for tool in ("unshare", "ip", "mount"):
-        if shutil.which(tool) is None:
-            return f"{tool} not found"
-    return None
-
-
 def _threads(pid: int) -> int:
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -53,7 +43,7 @@ def _threads(pid: int) -> int:
     return 0
 
 
-@pytest.mark.skipif(_namespaces_problem() is not None, reason=str(_namespaces_problem()))
+@testbed.needs("root", "unshare", "ip", "mount")  # a private network and mount namespace
 def test_stuck_lookups_time_out_per_attempt_on_bounded_threads(tmp_path: Path) -> None:
     (tmp_path / "nsswitch.conf").write_text("hosts: files dns\n")
     (tmp_path / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:30 attempts:1\n")

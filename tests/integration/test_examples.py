@@ -22,7 +22,6 @@ import json
 import os
 import pwd
 import re
-import shutil
 import stat
 import subprocess
 import sys
@@ -34,12 +33,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import testbed  # (tests/ is on sys.path via conftest)
 
-import mpiwait
+testbed.require("pyyaml")
+import yaml  # noqa: E402
 
-yaml = pytest.importorskip("yaml", reason="pyyaml is in the test extra")
-
-import testbed  # noqa: E402  (tests/ is on sys.path via conftest)
+import mpiwait  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -512,9 +511,9 @@ def _pod_templates(path: Path) -> list[tuple[str, str, dict[str, Any]]]:
 
 @pytest.mark.parametrize("path", K8S_EXAMPLES, ids=lambda p: p.name)
 def test_pod_templates_validate_against_kubernetes_schemas(path):
-    kv = pytest.importorskip(
-        "kubernetes_validate", reason="kubernetes-validate (test extra) is not installed"
-    )
+    testbed.require("kubernetes-validate")
+    import kubernetes_validate as kv
+
     templates = _pod_templates(path)
     assert templates, f"{path.name}: no pod template found"
     for version in K8S_VERSIONS:
@@ -712,11 +711,7 @@ def test_dockerfile_lints_clean(dockerfile):
 
 def _tool(name: str) -> str:
     """A console script of the test extra: next to this Python first, then on PATH."""
-    here = Path(sys.executable).parent / name
-    found = str(here) if here.exists() else shutil.which(name)
-    if found is None:
-        pytest.skip(f"{name} is not installed (pip install -e '.[test]' brings it)")
-    return found
+    return str(testbed.require(name).path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -786,10 +781,7 @@ PIPED: dict[str, Any] = dict(
 
 
 def _mpiwait_here() -> str:
-    script = Path(sys.executable).parent / "mpiwait"
-    if not script.exists():
-        pytest.skip("the mpiwait console script is not installed next to this Python")
-    return str(script)
+    return str(testbed.require("mpiwait-script").path)
 
 
 def _not_traversable(paths: list[str]) -> list[str]:
@@ -1047,8 +1039,7 @@ def test_worker_role_steps_aside_at_once(tmp_path):
 
 def test_compose_keygen_makes_the_key_the_launcher_and_workers_use(tmp_path):
     # Run the keygen service's own command, with its volume at a scratch path.
-    if shutil.which("ssh-keygen") is None:
-        pytest.skip("ssh-keygen (openssh-client) is not installed")
+    testbed.require("ssh-keygen")
     keygen = load_all(COMPOSE_FILE)[0]["services"]["keygen"]
     script = keygen["command"][-1].replace("/root/.ssh", str(tmp_path))
     for _ in range(2):  # the second run must leave the key alone

@@ -32,7 +32,6 @@ from pathlib import Path
 
 import pytest
 import testbed
-from conftest import requires_root_netns
 
 from mpiwait.errors import LaunchError
 from mpiwait.launch.command import check_remote_agent
@@ -40,7 +39,7 @@ from mpiwait.launch.command import check_remote_agent
 
 def on_bed(test):
     """Needs root and network namespaces (skipped with the reason otherwise)."""
-    return pytest.mark.root(requires_root_netns(test))
+    return pytest.mark.root(testbed.needs("netns")(test))
 
 
 DEADLINE = 5.0  # --timeout of the "stays" runs

@@ -30,8 +30,7 @@ from testbed import Lab, Sshd
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
-_PROBLEM = testbed.missing_requirements("loopback")
-pytestmark = pytest.mark.skipif(_PROBLEM is not None, reason=f"loopback sshd: {_PROBLEM}")
+pytestmark = testbed.needs("loopback")
 
 A, B, C = "127.0.0.2", "127.0.0.3", "127.0.0.4"
 

@@ -142,10 +142,9 @@ def test_bad_input_still_fails_with_one_line(tmp_path: Path) -> None:
 def test_horovods_own_discovery_sees_hosts_as_they_accept_logins(
     bed, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    discovery = pytest.importorskip(
-        "horovod.runner.elastic.discovery",
-        reason="horovod is not installed (HOROVOD_WITHOUT_TENSORFLOW=1 ... pip install horovod)",
-    )
+    testbed.require("horovod")
+    from horovod.runner.elastic import discovery
+
     b = bed(3)
     b.stop_sshd(1)
     b.unpublish(2)

@@ -25,10 +25,9 @@ from pathlib import Path
 
 import pytest
 import testbed
-from conftest import requires_root_netns
 from testbed import releases
 
-pytestmark = [pytest.mark.root, requires_root_netns]
+pytestmark = [pytest.mark.root, testbed.needs("netns", "openssh-releases")]
 
 RUN_TIMEOUT = 90.0
 # Connections that end before authentication, back to back, that are sure to get an address

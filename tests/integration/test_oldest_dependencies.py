@@ -17,9 +17,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import testbed
 
 ROOT = Path(__file__).resolve().parents[2]
-VENV = Path(os.environ.get("MPIWAIT_TEST_MPIS", "/var/cache/mpiwait-tests")) / "oldest"
 # What reaches paramiko, click and tenacity without namespaces or an MPI: the paramiko error
 # shapes probe/attempt.py relies on, the CLI, the waiting loop, and whole runs against a real sshd.
 TESTS = (
@@ -48,10 +48,9 @@ def floors() -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def oldest_python() -> Path:
-    python = VENV / "bin" / "python"
-    if not (VENV / ".installed").is_file():
-        pytest.skip(f"{VENV} is not installed: run scripts/install-test-oldest (.ci/run does)")
-    return python
+    venv = testbed.require("oldest-deps").path
+    assert venv is not None
+    return venv / "bin" / "python"
 
 
 def installed_versions(python: Path, names: list[str]) -> dict[str, str]:

@@ -1,8 +1,11 @@
-"""How probe/attempt.py tells a closed port from a silent one before the SSH banner, pinned against
-the paramiko the venv installs (pyproject allows >=3.2,<5): paramiko raises the same plain
-SSHException for both, so probes._before_banner reads ``Transport.remote_version`` and the
-exception's ``__context__``. If a paramiko release changes either, these tests fail here
-instead of the probe silently reporting every close as a handshake failure.
+"""The contract of probe/paramiko_adapter.py, pinned against the paramiko the venv installs
+(pyproject allows >=3.4.1,<5; CI also runs this against the oldest): paramiko raises the same
+plain SSHException for a closed port and a silent one before the SSH banner, so the adapter reads
+``Transport.remote_version`` and the exception's ``__context__``; ``initial_kex_done`` says
+whether start_client finished. If a paramiko release changes either, these tests fail here
+instead of the probe silently reporting every close as a handshake failure. (The adapter's
+``exit_status``, a channel's ``status_event``, is pinned through real sshd by
+tests/integration/test_integration.py's --remote-command tests.)
 
 Servers are plain sockets on 127.0.0.1 in a thread of this process: no sshd, no namespace.
 """
@@ -167,6 +170,37 @@ def test_paramiko_keeps_the_banner_it_read() -> None:
             with pytest.raises((paramiko.SSHException, EOFError, OSError)):
                 transport.start_client(timeout=10)
             assert transport.remote_version == "SSH-2.0-OpenSSH_9.2p1 Debian-2"
+        finally:
+            transport.close()
+
+
+@pytest.mark.parametrize(
+    ("behave", "banner", "why"),
+    [
+        (close_at_once, False, "closed"),
+        (reset, False, "closed"),
+        (silent, False, "silent"),
+        (banner_then_close, True, None),
+    ],
+)
+def test_the_adapter_reads_where_start_client_stopped(
+    behave: Callable, banner: bool, why: str | None
+) -> None:
+    from mpiwait.probe import paramiko_adapter as adapter
+
+    with server(behave) as port, socket.create_connection(("127.0.0.1", port)) as sock:
+        transport = adapter.transport(sock, TIMEOUT)
+        try:
+            try:
+                transport.start_client(timeout=TIMEOUT)
+            except (paramiko.SSHException, EOFError, OSError) as exc:
+                assert adapter.banner_seen(transport) is banner
+                if not banner:
+                    assert adapter.before_banner(exc) == why
+            else:  # start_client may also just return when its own timeout passes first
+                assert why == "silent"
+                assert not adapter.banner_seen(transport)
+            assert not adapter.kex_done(transport)
         finally:
             transport.close()
 

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 import testbed
-from conftest import requires_root_netns
 
-pytestmark = [pytest.mark.root, requires_root_netns]
+pytestmark = [pytest.mark.root, testbed.needs("netns")]
 
 PASSPHRASE = "correct horse battery staple 7319"
 

@@ -19,9 +19,8 @@ import time
 
 import pytest
 import testbed
-from conftest import requires_root_netns
 
-pytestmark = [pytest.mark.root, requires_root_netns]
+pytestmark = [pytest.mark.root, testbed.needs("netns")]
 
 SIGNAL_BOUND = 5.0  # the promised 1 s, with slack; every blocked call here lasts 30 s
 SIGNALS = [(signal.SIGTERM, 143), (signal.SIGINT, 130)]

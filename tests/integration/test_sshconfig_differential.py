@@ -22,7 +22,8 @@ from __future__ import annotations
 import json
 import os
 import pwd
-import shutil
+import re
+import socket
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -35,12 +36,16 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import sshdiff
+import testbed
+from testbed import releases
 
+from mpiwait.openssh.client import Client, find_client, parse_banner
 from mpiwait.openssh.config import LocalUser, SSHConfig
 
-pytestmark = pytest.mark.skipif(shutil.which("ssh") is None, reason="no OpenSSH client (ssh)")
+pytestmark = testbed.needs("ssh")
 
 ME = pwd.getpwuid(os.getuid()).pw_name
+HOST_SSH = find_client()  # the machine's own ssh (the module needs one)
 
 
 @dataclass(frozen=True)
@@ -359,8 +364,11 @@ def _dash_f_diffs(case: Case, d: Path) -> list[str]:
         for diff in sshdiff.compare(
             host,
             ["-F", str(cfg)],
-            lambda: SSHConfig(config_path=cfg, local_user=LocalUser.current(env), environ=env),
+            lambda: SSHConfig(
+                config_path=cfg, local_user=LocalUser.current(env), environ=env, client=HOST_SSH
+            ),
             env,
+            version=HOST_SSH.rules.version,
         ):
             diffs.append(f"{case.name} (-F): {diff}")
     return diffs
@@ -372,16 +380,8 @@ def test_dash_f_agrees_with_ssh(case: Case, tmp_path: Path) -> None:
     assert _dash_f_diffs(case, tmp_path) == []
 
 
-def _namespace_problem() -> str | None:
-    if os.getuid() != 0:
-        return "needs root to bind-mount test files in a private mount namespace"
-    if shutil.which("unshare") is None:
-        return "needs unshare (util-linux)"
-    return None
-
-
-def _in_namespace(cases: list[Case], root: Path) -> list[str]:
-    spec: dict = {"cases": [], "scratch": str(root)}
+def _in_namespace(cases: list[Case], root: Path, suite: str | None = None) -> list[str]:
+    spec: dict = {"cases": [], "scratch": str(root), "suite": suite}
     for n, case in enumerate(cases):
         d = root / f"c{n}"
         _lay_out(case, d)
@@ -406,7 +406,7 @@ def _in_namespace(cases: list[Case], root: Path) -> list[str]:
     return json.loads(p.stdout)
 
 
-@pytest.mark.skipif(_namespace_problem() is not None, reason=str(_namespace_problem()))
+@testbed.needs("root", "unshare")  # bind-mounts test files in a private mount namespace
 def test_default_files_agree_with_ssh(tmp_path: Path) -> None:
     assert _in_namespace(CASES, tmp_path) == []
 
@@ -521,7 +521,7 @@ def test_generated_configs_agree_with_ssh_dash_f(case: Case, tmp_path_factory) -
     assert _dash_f_diffs(case, d) == [], case.user
 
 
-@pytest.mark.skipif(_namespace_problem() is not None, reason=str(_namespace_problem()))
+@testbed.needs("root", "unshare")
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(cases=st.lists(_config, min_size=4, max_size=4))
 def test_generated_default_files_agree_with_ssh(cases: list[Case], tmp_path_factory) -> None:
@@ -557,8 +557,265 @@ def test_port_and_user_options_agree_with_ssh(case: Case, tmp_path: Path) -> Non
                 user="late",
                 local_user=LocalUser.current(env),
                 environ=env,
+                client=HOST_SSH,
             ),
             env,
+            version=HOST_SSH.rules.version,
         )
     ]
     assert diffs == []
+
+
+# --- every supported release: Debian's builds in debootstrap roots, their ssh -G as oracle ------
+
+# Lines that one supported release accepts and another refuses, or resolves differently: every
+# keyword and Match criterion added or removed between 8.4p1 and 10.6p1, Debian's aliases and
+# GSS-API patch, the values, tokens and quoting that changed.
+RELEASE_CASES: list[Case] = [
+    *(
+        Case(f"keyword: {text}", f"Host w*\n  {text}\n", ("w1",))
+        for text in (
+            "ObscureKeystrokeTiming no",  # 9.5
+            "ChannelTimeout session=5m",  # 9.6
+            "WarnWeakCrypto no",  # 10.1
+            "RefuseConnection no",  # 10.1
+            "VersionAddendum none",  # 10.0
+            "Tag x",  # 9.4
+            "EnableEscapeCommandline yes",  # 9.2
+            "RequiredRSASize 2048",  # 9.1
+            "SessionType none",  # 8.7
+            "StdinNull no",  # 8.7
+            "ForkAfterAuthentication no",  # 8.7
+            "KnownHostsCommand /bin/true",  # 8.5
+            "LogVerbose kex.c:*",  # 8.5
+            "PermitRemoteOpen any",  # 8.5
+            "PubkeyAcceptedAlgorithms +ssh-rsa",  # 8.5
+            "HostbasedAcceptedAlgorithms +ssh-rsa",  # 8.7
+            "GSSAPIKeyExchange yes",  # Debian's patch, gone in sid's plain client
+            "GSSAPITrustDNS no",
+            "GSSAPIKexAlgorithms gss-curve25519-sha256-",
+            "SetupTimeOut 9",  # Debian: ServerAliveInterval, ConnectTimeout from 10.0
+            "ProtocolKeepAlives 7",  # Debian's alias of ServerAliveInterval
+            "DSAAuthentication no",  # Debian's alias of PubkeyAuthentication
+            "UseBlacklistedKeys yes",  # Debian, deprecated
+            "KexAlgorithms mlkem768x25519-sha256",  # 9.9
+            "KexAlgorithms mlkem768nistp256-sha256",
+            "KexAlgorithms sntrup4591761x25519-sha512@tinyssh.org",  # gone in 8.5
+            "HostKeyAlgorithms ssh-dss",  # gone in 10.0
+            "PubkeyAcceptedAlgorithms ssh-mldsa44-ed25519",
+            "Ciphers rijndael-cbc@lysator.liu.se",  # gone in 8.5
+        )
+    ),
+    Case("RefuseConnection for one host", "Host w1\n  RefuseConnection yes\n", ("w1", "w2")),
+    Case("SetupTimeOut before ConnectTimeout", "SetupTimeOut 9\nConnectTimeout 4\n", ("w",)),
+    Case("ConnectTimeout before SetupTimeOut", "ConnectTimeout 4\nSetupTimeOut 9\n", ("w",)),
+    Case("Match localnetwork (9.4)", "Match localnetwork 127.0.0.0/8\n  Port 9\n", ("w",)),
+    Case("Match localnetwork elsewhere", "Match localnetwork 192.0.2.128/25\n  Port 9\n", ("w",)),
+    Case("Match localnetwork bad", "Match localnetwork 10.0.0.0/40\n  Port 9\n", ("w",)),
+    Case("Match tagged (9.4)", "Tag foo\nMatch tagged foo\n  Port 7\n", ("w",)),
+    Case("Match tagged empty", 'Match tagged ""\n  Port 7\n', ("w",)),
+    Case("Match version (10.0)", "Match version OpenSSH_10*\n  Port 9\n", ("w",)),
+    Case("Match !version", "Match !version OpenSSH_8*,OpenSSH_9.2*\n  Port 9\n", ("w",)),
+    Case("Match sessiontype (10.0)", "Match sessiontype shell\n  Port 9\n", ("w",)),
+    Case("Match command (10.0)", 'Match command ""\n  Port 9\n', ("w",)),
+    Case("User with tokens (10.0)", "Host w*\n  User u%h-%p\n", ("w1",)),
+    Case("User with ${VAR} (10.0)", "User ${HOME}x\n", ("w",)),
+    Case("User expanded to a bad name", "User %n;x\n", ("w",)),
+    Case("User literal with odd characters", "User 'a;b'\n", ("w",)),
+    Case(
+        "Include with tokens (9.9)",
+        "Include {d}/inc/%h.conf\nPort 1\n",
+        ("w1", "w2"),
+        files={"inc/w1.conf": "Port 1234\n"},
+    ),
+    Case(
+        "Match !final asks for the final pass up to 10.0",
+        "Match !final\n  Port 7\nHost *\n  HostName X\nMatch final\n  User fin\n",
+        ("w1",),
+    ),
+    Case(
+        "Match !final alone",
+        "Host w*\n  HostName %h.mpi\nHost *.mpi\n  Port 5\nMatch !final\n  User nf\n",
+        ("w1",),
+    ),
+    Case("%j in IdentityFile (9.3)", "IdentityFile /k/%j\n", ("w",)),
+    Case("%j in Match exec (9.3)", 'Match exec "test x%j = x"\n  Port 9\n', ("w",)),
+    Case("comment after a value", "Port 2222 # the port\n", ("w",)),
+    Case("single quotes", "User 'two words'\n", ("w",)),
+    Case("backslash", "User a\\\\b\n", ("w",)),
+]
+
+SUITES = releases.SUITES
+
+
+_RELEASES: dict[str, releases.Release | Exception] = {}
+
+
+def _release(suite: str) -> releases.Release:
+    """The suite's release, its root built on first use (cached on disk); a root that cannot
+    be built fails every test of that release (never a skip), without building it again."""
+    testbed.require("openssh-releases")  # skips with the reason, a failure in CI
+    if suite not in _RELEASES:
+        try:
+            _RELEASES[suite] = releases.Release(suite)
+        except Exception as exc:  # the build's error, kept for the suite's other tests
+            _RELEASES[suite] = exc
+    found = _RELEASES[suite]
+    if isinstance(found, Exception):
+        raise found
+    return found
+
+
+def _chroot_env(d: Path) -> dict[str, str]:
+    return {"HOME": str(d / "home"), "PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "SHELL": "/bin/sh"}
+
+
+def _release_ssh_g(release: releases.Release, work: Path):
+    def run(args: list[str], env) -> tuple[int, list[str], str]:
+        ran = release.ssh(["-G", *args], work=work, env=env)
+        return ran.returncode, ran.stdout.splitlines(), ran.stderr
+
+    return run
+
+
+def _release_diffs(case: Case, d: Path, suite: str, client: Client | None = None) -> list[str]:
+    release = _release(suite)
+    rules = parse_banner(release.version)
+    assert rules is not None, release.version
+    env = _chroot_env(d)
+    cfg = d / "home" / ".ssh" / "config"
+    if client is None:
+        client = sshdiff.ChrootClient.of(release, d)
+    diffs = []
+    for host in case.hosts:
+        for diff in sshdiff.compare(
+            host,
+            ["-F", str(cfg)],
+            lambda: SSHConfig(
+                config_path=cfg,
+                local_user=LocalUser.current(env),
+                environ=env,
+                client=client,
+                remote_command="",
+            ),
+            env,
+            ssh_g=_release_ssh_g(release, d),
+            version=rules.version,
+        ):
+            diffs.append(f"{case.name} ({suite} {release.version.split(',')[0]}): {diff}")
+    return diffs
+
+
+@pytest.mark.parametrize("suite", SUITES)
+@pytest.mark.parametrize(
+    "case", [c for c in CASES + RELEASE_CASES if c.dash_f], ids=lambda c: c.name
+)
+def test_each_release_agrees(suite: str, case: Case, tmp_path: Path) -> None:
+    """Installed as the launcher's ssh, each release decides acceptance; mpiwait resolves as it."""
+    _lay_out(case, tmp_path)
+    assert _release_diffs(case, tmp_path, suite) == []
+
+
+def test_release_cases_cover_every_change() -> None:
+    assert len(RELEASE_CASES) >= 50
+
+
+# --- what a user sees: the ssh on PATH decides ---------------------------------------------------
+
+NEW_IN_10 = "Host w*\n  Port 2201\n  ObscureKeystrokeTiming no\n"  # 9.5 on
+
+
+@pytest.mark.parametrize("suite", SUITES)
+def test_the_ssh_on_path_decides(suite: str, tmp_path: Path) -> None:
+    release = _release(suite)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    release.write_wrapper(bin_dir / "ssh", tmp_path)
+    cfg = tmp_path / "config"
+    cfg.write_text(NEW_IN_10)
+    env = {**os.environ, "PATH": f"{bin_dir}:/usr/bin:/bin", "HOME": str(tmp_path)}
+    result = testbed.run(None, ["-F", str(cfg), "--hosts", "w1", "--dry-run"], env=env)
+    if release.version_tuple >= (9, 5):
+        assert result.returncode == 0, result
+        assert "w1 address=w1 port=2201 " in result.stdout, result
+    else:
+        assert result.returncode == 2, result
+        assert re.search(rf"{re.escape(str(cfg))}:? line 3", result.stderr), result
+        assert "obscurekeystroketiming" in result.stderr.lower(), result
+
+
+def test_without_ssh_the_start_line_says_which_rules(tmp_path: Path) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as listener:
+        port = listener.getsockname()[1]
+        cfg = tmp_path / "config"
+        cfg.write_text(
+            f"Host 127.0.0.1\n  Port {port}\n  WarnWeakCrypto no\n  GSSAPIKeyExchange no\n"
+        )
+        empty = tmp_path / "bin"
+        empty.mkdir()
+        env = {**os.environ, "PATH": str(empty), "HOME": str(tmp_path)}
+        result = testbed.run(
+            None, ["-F", str(cfg), "--hosts", "127.0.0.1", "--check", "tcp"], env=env
+        )
+    assert result.returncode == 0, result
+    assert (
+        "no ssh installed: ssh config read as OpenSSH_10.6p1 reads it, accepting what any "
+        "supported OpenSSH release (8.4 to 10.6) accepts" in result.stderr
+    ), result
+
+
+# --- a key OpenSSH 10.5+ makes and logs in with, and paramiko cannot read ----------------------
+
+
+def _mldsa_key(tmp_path: Path) -> Path:
+    key = tmp_path / "id_mldsa44_ed25519"
+    made = _release("sid").run(
+        ["/usr/bin/ssh-keygen", "-q", "-t", "mldsa44-ed25519", "-N", "", "-f", str(key)],
+        work=tmp_path,
+    )
+    assert made.returncode == 0, made
+    return key
+
+
+def test_an_mldsa_key_alone_is_named_not_a_traceback(tmp_path: Path) -> None:
+    key = _mldsa_key(tmp_path)
+    cfg = tmp_path / "config"
+    cfg.write_text(f"IdentityFile {key}\nIdentityFile {tmp_path}/id_ed25519\n")
+    result = testbed.run(None, ["-F", str(cfg), "--hosts", "127.0.0.1", "--timeout", "30"])
+    assert result.returncode == 3, result
+    assert f"identity file {key}: Unsupported key type" in result.stderr, result
+    assert "mpiwait (paramiko) cannot" in result.stderr, result
+
+
+def test_an_mldsa_key_beside_a_usable_one_is_passed_over(tmp_path: Path) -> None:
+    key = _mldsa_key(tmp_path)
+    ed25519 = tmp_path / "id_ed25519"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(ed25519)], check=True)
+    with socket.create_server(("127.0.0.1", 0)) as closed:
+        port = closed.getsockname()[1]
+    cfg = tmp_path / "config"
+    cfg.write_text(f"Port {port}\nIdentityFile {key}\nIdentityFile {ed25519}\n")
+    # Nothing listens: the wait runs to its deadline, past the key check that would exit 3.
+    result = testbed.run(None, ["-F", str(cfg), "--hosts", "127.0.0.1", "--timeout", "2"])
+    assert result.returncode == 124, result
+    assert "tcp refused" in result.stderr, result
+
+
+@pytest.mark.parametrize("suite", SUITES)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(case=_config)
+def test_generated_configs_agree_with_each_release(
+    suite: str, case: Case, tmp_path_factory
+) -> None:
+    d = tmp_path_factory.mktemp("gen")
+    _lay_out(case, d)
+    assert _release_diffs(case, d, suite) == [], case.user
+
+
+@testbed.needs("root", "unshare", "openssh-releases")
+@pytest.mark.parametrize("suite", SUITES)
+def test_default_files_agree_with_each_release(suite: str, tmp_path: Path) -> None:
+    """~/.ssh/config and /etc/ssh/ssh_config (permissions, relative Includes, precedence) as
+    each release reads them, the case's files mounted over both, here and in the release's root."""
+    _release(suite)  # built (or its failure raised) before the namespace script needs it
+    assert _in_namespace(CASES + RELEASE_CASES, tmp_path, suite) == []

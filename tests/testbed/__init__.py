@@ -12,7 +12,8 @@ Labs (each a context manager; ``down()``/``close()`` leaves nothing behind):
                               (PerSourcePenalties on) instead of the machine's tuned one;
                               ``bed.penalties()`` lists its log's penalty activations.
     ManyHosts(n, workdir=...) hundreds of hosts as addresses of ONE namespace, one sshd; each
-                              host "up", "refuse", "drop" or "stall" via set_states().
+                              host "up", "refuse", "drop" or "stall" via set_states();
+                              log_level="VERBOSE" makes sshd_log tell each connection's address.
     LoopBed(n, workdir)       thousands of hosts as 127.1.x.y of one namespace (benchmarks).
     Lab(root)                 sshd on 127.0.0.x:port in this namespace (lab.sshd() gives an Sshd;
                               lab.silent(), lab.banner_then_silence(), lab.key(); keygen,
@@ -41,6 +42,14 @@ A process: ``start(bed, args, command=...)`` runs ``python -m mpiwait`` there an
     ``Proc(popen, argv, started)`` wraps any process. /proc readers: alive,
     related_pids, fd_count, thread_count, tcp_states, listening; kill_group; wait_until.
 
+What a test needs from the machine (_needs: one table, which scripts/install-test-deps installs
+    from): ``needs("openmpi4", "sshd", ...)`` a pytest mark (decorator, ``pytestmark``,
+    ``pytest.param(marks=)``); ``require(name)`` in a test or fixture returns a Found (``.path``:
+    the executable or venv) or skips, or in strict mode (``strict_mode()``: CI=true or
+    MPIWAIT_TEST_STRICT=1) fails, naming what is missing and the command that installs it;
+    ``find(name)`` a Found or None, without pytest; ``NEEDS`` the table; ``python -m testbed
+    needs`` lists it with what is here (``needs plan``: what scripts/install-test-deps installs).
+
 Housekeeping: missing_requirements(flavour), cleanup_stale(), bed_names(prefix), bed_owner(name),
     write_in_place(path, text) (a bind-mounted file rewritten, never seen empty),
     unnamed_uid() (a uid with no passwd entry), BedError, ENV_TAG, STATE_ROOT, SSHD. Submodules
@@ -58,7 +67,7 @@ Inside (private, one job a module): the labs _netns (TestBed), _shared (ManyHost
 
 from __future__ import annotations
 
-from . import _jsonlog, _loopback, _namespaces, _registry, containers, leaks, releases
+from . import _jsonlog, _loopback, _namespaces, _needs, _registry, containers, leaks, releases
 from ._loopback import (
     Lab,
     Sshd,
@@ -67,6 +76,7 @@ from ._loopback import (
 )
 from ._loopbed import LoopBed
 from ._namespaces import SSHD
+from ._needs import Found, find, needs, require, strict_mode
 from ._netns import TestBed, WorkerHost
 from ._proc import (
     Proc,
@@ -99,15 +109,18 @@ from ._sys import (
 )
 from ._wrap import dns_blackhole_files, wrap
 
+NEEDS = _needs.TABLE
 check_json_log = _jsonlog.check
 json_log_problems = _jsonlog.problems
 json_log_seen = _jsonlog.seen
 
 __all__ = [
     "ENV_TAG",
+    "NEEDS",
     "SSHD",
     "STATE_ROOT",
     "BedError",
+    "Found",
     "Lab",
     "LoopBed",
     "ManyHosts",
@@ -125,6 +138,7 @@ __all__ = [
     "containers",
     "dns_blackhole_files",
     "fd_count",
+    "find",
     "json_log_problems",
     "json_log_seen",
     "key_secret_lines",
@@ -134,13 +148,16 @@ __all__ = [
     "listening",
     "missing_requirements",
     "mpiwait_env",
+    "needs",
     "public_key",
     "register_key",
     "register_secret",
     "related_pids",
     "releases",
+    "require",
     "run",
     "start",
+    "strict_mode",
     "summary",
     "tcp_states",
     "thread_count",

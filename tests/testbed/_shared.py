@@ -53,6 +53,7 @@ class ManyHosts(LauncherContext, NamespaceLab):
         sshd: bool = True,
         published: Iterable[int] | None = None,
         max_startups: str = "2000:30:4000",
+        log_level: str = "ERROR",
     ) -> None:
         if not 1 <= n <= 1000:
             raise ValueError("1..1000 hosts")
@@ -60,6 +61,7 @@ class ManyHosts(LauncherContext, NamespaceLab):
         self.workdir = Path(workdir).resolve()
         self._start_sshd = sshd
         self._max_startups = max_startups
+        self._log_level = log_level  # VERBOSE: "Connection from A port P on DEST" per connection
         self._published = [True] * n if published is None else [False] * n
         for i in published or ():
             self._published[i] = True
@@ -133,7 +135,7 @@ class ManyHosts(LauncherContext, NamespaceLab):
                 host_key=host_key,
                 authorized_keys=self.authorized_keys,
                 max_startups=self._max_startups,
-                log_level="ERROR",
+                log_level=self._log_level,
             )
         )
         write_nsswitch(self.nsswitch_file)
@@ -163,6 +165,10 @@ class ManyHosts(LauncherContext, NamespaceLab):
         )
         self._sshd = start_sshd(prelude, self.workdir / "sshd_config", log, self.env(None))
         wait_listening(self._sshd, 22, log)
+
+    @property
+    def sshd_log(self) -> Path:
+        return self.workdir / "sshd.log"
 
     def set_states(self, states: Mapping[int, str] | Sequence[str]) -> None:
         """Change hosts' states (a mapping index → state, or a full list) in one go."""

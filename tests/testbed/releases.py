@@ -21,6 +21,7 @@ debootstrap, chroot and unshare.
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -167,9 +168,11 @@ class Release:
         """``ssh ARGS`` in the root, as root (HOME /root), in a private mount namespace: ``work``
         (a directory of the caller's under /tmp) appears at the same path inside (on a tmpfs
         over the root's /tmp), and each ``(source, target)`` of ``mounts`` is bind-mounted over
-        the root's ``target`` (an existing file or directory), so the cached root itself is
+        the root's ``target`` (an existing file or directory, or a directory under /root, made on
+        a tmpfs over the root's /root), so the cached root itself is
         never written and the paths a config names mean the same inside and out."""
-        return self.run(["ssh", *args], work=work, mounts=mounts, env=env, timeout=timeout)
+        argv = ["/usr/bin/ssh", *args]  # not PATH's: the caller's directory may be on it
+        return self.run(argv, work=work, mounts=mounts, env=env, timeout=timeout)
 
     def run(
         self,
@@ -186,8 +189,8 @@ class Release:
         pairs = [str(x) for src, dst in mounts for x in (src, dst)]
         where = str(work.resolve()) if work is not None else ""
         p = subprocess.run(
-            ["unshare", "-m", "--propagation", "private", "sh", "-c", _binder(len(mounts)),
-             str(self.root), where, *pairs, *argv],
+            [_tool("unshare"), "-m", "--propagation", "private", "/bin/sh", "-c",
+             _binder(len(mounts)), str(self.root), where, *pairs, *argv],
             capture_output=True,
             text=True,
             timeout=timeout,
@@ -200,16 +203,43 @@ class Release:
         )  # fmt: skip
         return Ran(p.returncode, p.stdout, p.stderr)
 
+    def write_wrapper(self, path: Path, work: Path) -> Path:
+        """An executable ``path`` (name it ``ssh``, put its directory first on PATH) that runs
+        this release's ssh with its arguments, as ``ssh`` above: a program that looks for
+        ``ssh`` finds this release installed."""
+        path.write_text(
+            "#!/bin/sh\n"
+            f"exec {_tool('unshare')} -m --propagation private /bin/sh -c "
+            f"{shlex.quote(_binder(0))} "
+            f'{shlex.quote(str(self.root))} {shlex.quote(str(work.resolve()))} /usr/bin/ssh "$@"\n'
+        )
+        path.chmod(0o755)
+        return path
+
+
+def _tool(name: str) -> str:
+    # Absolute: the caller's PATH (a test's) need not hold /usr/sbin.
+    for d in ("/usr/sbin", "/usr/bin", "/sbin", "/bin"):
+        if os.access(f"{d}/{name}", os.X_OK):
+            return f"{d}/{name}"
+    return name
+
 
 def _binder(n: int) -> str:
     """A sh -c script: $0 is the root, $1 the work directory (or ""), then n (source, target)
     pairs, then the command."""
+    mount, chroot, mkdir = _tool("mount"), _tool("chroot"), _tool("mkdir")
     lines = [
         'R="$0"; W="$1"; shift',
-        'if [ -n "$W" ]; then mount -t tmpfs -o mode=1777 tmpfs "$R/tmp" &&'
-        ' mkdir -p "$R$W" && mount --bind "$W" "$R$W" || exit 125; fi',
+        f'if [ -n "$W" ]; then {mount} -t tmpfs -o mode=1777 tmpfs "$R/tmp" &&'
+        f' {mkdir} -p "$R$W" && {mount} --bind "$W" "$R$W" || exit 125; fi',
     ]
     for _ in range(n):
-        lines.append('mount --bind "$1" "$R$2" || exit 125; shift 2')
-    lines.append('exec chroot "$R" "$@"')
+        # A target under /root (whose home has no .ssh): on a tmpfs over the root's /root.
+        lines.append(
+            f'case "$2" in /root/*) [ -n "$H" ] || {{ {mount} -t tmpfs -o mode=0700 tmpfs '
+            f'"$R/root" && H=1; }} && {mkdir} -p "$R$2" || exit 125;; esac'
+        )
+        lines.append(f'{mount} --bind "$1" "$R$2" || exit 125; shift 2')
+    lines.append(f'exec {chroot} "$R" "$@"')
     return "\n".join(lines)

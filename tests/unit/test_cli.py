@@ -674,7 +674,7 @@ class WaitStub:
         self.signal_name = signal_name
         self.calls: list[tuple[str, ...]] = []
 
-    def __call__(self, settings, sources, names, prober, reporter) -> WaitResult:
+    def __call__(self, settings, sources, names, prober, reporter, *_queue_and_kept) -> WaitResult:
         self.calls.append(names)
         stage = Stage.READY if self.end is End.READY else Stage.TCP
         hosts = tuple(HostState(n, stage, "" if stage is Stage.READY else "refused") for n in names)
@@ -1066,6 +1066,8 @@ def test_termination_log_is_explicit_only_when_named(monkeypatch: pytest.MonkeyP
         (["--log-format=json", "--bogus", "mpirun"], {}),
         (["--hosts", "a", "--parallel", "0"], {"MPIWAIT_LOG_FORMAT": "json"}),
         (["--log-format", "json", "--list-ready", "--", "true"], {}),
+        (["--bogus", "--log-format", "json"], {}),  # an unknown option before it
+        (["-x", "--log-format=json"], {}),
     ],
 )
 def test_usage_errors_are_json_when_json_was_asked_for(

@@ -180,7 +180,9 @@ def test_the_readmes_snippets_are_the_tested_examples() -> None:
     """The quick start's initContainer is initcontainer.yaml's (run against real sshd by
     tests/integration/test_examples.py) and its Dockerfile is entrypoint.Dockerfile's (built and
     run by tests/containers/test_containers.py), but for the image names."""
-    yaml = pytest.importorskip("yaml", reason="pyyaml is in the test extra")
+    testbed.require("pyyaml")
+    import yaml
+
     readme = REPO / "README.md"
     (snippet,) = yaml.safe_load(_blocks(readme, "yaml")[0])["initContainers"]
     job = yaml.safe_load((REPO / "examples/kubernetes/initcontainer.yaml").read_text())

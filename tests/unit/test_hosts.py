@@ -24,6 +24,7 @@ from mpiwait.hosts.hostfile import (
 from mpiwait.hosts.selfname import SelfNames
 from mpiwait.hosts.sources import HostReader, HostSources, Snapshot
 from mpiwait.hosts.textfile import MAX_INPUT_BYTES, read_text_file
+from mpiwait.settings import DISCOVER_EXEC_TIMEOUT, SourceOptions
 
 SRC = "/etc/mpi/hostfile"
 DISCOVER = "/etc/mpi/discover_hosts.sh"
@@ -671,19 +672,23 @@ def test_from_system_reads_os_environ_by_default(monkeypatch: pytest.MonkeyPatch
 LAUNCHER = SelfNames(frozenset({"pi-launcher"}))
 
 
-def sources(**overrides: object) -> HostSources:
+def sources(
+    *,
+    discover: Path | None = None,
+    exec_timeout: float = DISCOVER_EXEC_TIMEOUT,
+    **overrides: object,
+) -> HostSources:
     values: dict[str, object] = {
         "hostfile": None,
         "hostfile_explicit": False,
-        "discover": None,
+        "discover_hosts": discover,
         "discover_explicit": False,
         "discover_exec": False,
         "hosts_option": None,
         "include_self": False,
-        "self_names": LAUNCHER,
     }
     values.update(overrides)
-    return HostSources(**values)  # type: ignore[arg-type]
+    return HostSources(SourceOptions(**values), LAUNCHER, exec_timeout)  # type: ignore[arg-type]
 
 
 def write(path: Path, text: str, mode: int = 0o644) -> Path:

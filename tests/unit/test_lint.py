@@ -3,12 +3,12 @@ over the repository and mypy --strict over mpiwait/, each failing with the tool'
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import testbed
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -22,8 +22,7 @@ CHECKS = {
 @pytest.mark.parametrize("name", CHECKS)
 def test_clean(name: str) -> None:
     tool = CHECKS[name][0]
-    if importlib.util.find_spec(tool) is None:
-        pytest.skip(f"{tool} is not installed (pip install -e '.[lint]')")
+    testbed.require(tool)
     done = subprocess.run(
         [sys.executable, "-m", *CHECKS[name]],
         cwd=ROOT,

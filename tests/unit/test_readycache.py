@@ -7,6 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
+import testbed
 
 from mpiwait.cli import resolve
 from mpiwait.modes import readycache
@@ -85,7 +86,7 @@ def test_cache_dir_prefers_xdg_runtime_dir_and_makes_it_private(tmp_path: Path) 
     assert os.stat(found).st_mode & 0o777 == 0o700
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to make a directory of another uid")
+@testbed.needs("root")  # to make a directory of another uid
 def test_a_directory_someone_else_planted_is_not_used(tmp_path: Path) -> None:
     base = tmp_path / "shared"
     base.mkdir(mode=0o1777)
@@ -103,8 +104,7 @@ def test_a_directory_someone_else_planted_is_not_used(tmp_path: Path) -> None:
 
 
 def test_a_file_of_another_owner_is_ignored(tmp_path: Path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("needs root to chown")
+    testbed.require("root")  # to chown
     cache = ReadyCache.at(str(tmp_path), "key", 30.0)
     cache.save({"w1": _entry()})
     assert cache.path is not None

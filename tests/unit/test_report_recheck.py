@@ -10,7 +10,7 @@ import testbed
 from mpiwait.output.report import Reporter
 from mpiwait.probe.outcome import Stage
 from mpiwait.settings import LogFormat
-from mpiwait.wait.events import HostLost, HostState, Rechecking
+from mpiwait.wait.events import HostLost, HostReady, HostState, Rechecking
 
 LOST = HostLost(HostState("w2", Stage.TCP, "refused", "10.0.0.3 port 22: refused", 9), 41.25)
 
@@ -38,6 +38,13 @@ def test_text_of_a_large_recheck_stays_one_short_line():
 def test_text_names_a_host_that_failed_its_recheck():
     (line,) = _out(LOST)
     assert line == "mpiwait: [+41.2s] w2 no longer ready: tcp refused (10.0.0.3 port 22: refused)"
+
+
+def test_a_host_ready_after_another_was_lost_gets_its_line():
+    lines = _out(
+        HostReady("w1", 1, 3, 0.1), HostReady("w2", 2, 3, 0.1), LOST, HostReady("w3", 2, 3, 50)
+    )
+    assert lines[-1] == "mpiwait: [+50.0s] 2/3 ready (w3)"
 
 
 def test_json_records():

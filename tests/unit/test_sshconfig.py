@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import pwd
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import pytest
 import testbed
 
 from mpiwait.errors import InputError
+from mpiwait.openssh.client import Client, Rules, find_client, parse_banner
 from mpiwait.openssh.config import LocalUser, SSHConfig, SSHTarget
 
 GLOBAL_KNOWN = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
@@ -110,13 +110,30 @@ def test_no_config_files_gives_openssh_defaults(make, home: Path) -> None:
         address="pi-worker-0.pi.default.svc",
         port=22,
         user="alice",
-        identity_files=tuple(f"{home}/.ssh/{n}" for n in ("id_rsa", "id_ecdsa", "id_ed25519")),
+        # No ssh installed: the newest rules (10.6's defaults, id_mldsa44_ed25519 included).
+        identity_files=tuple(
+            f"{home}/.ssh/{n}" for n in ("id_rsa", "id_ecdsa", "id_ed25519", "id_mldsa44_ed25519")
+        ),
         identities_default=True,
         strict_host_key_checking="unset",
         known_hosts_files=(f"{home}/.ssh/known_hosts", f"{home}/.ssh/known_hosts2", *GLOBAL_KNOWN),
         connect_timeout=None,
         config_files=(),
     )
+
+
+@pytest.mark.parametrize(
+    ("version", "names"),
+    [
+        ((8, 4), ("id_rsa", "id_ecdsa", "id_ed25519")),
+        ((10, 0), ("id_rsa", "id_ecdsa", "id_ed25519")),
+        ((10, 5), ("id_rsa", "id_ecdsa", "id_ed25519", "id_mldsa44_ed25519")),
+    ],
+)
+def test_default_identity_files_follow_the_release(make, home: Path, version, names) -> None:
+    client = Client("/usr/bin/ssh", "OpenSSH", Rules.for_version(version))
+    t = make(client=client).resolve("w")
+    assert t.identity_files == tuple(f"{home}/.ssh/{n}" for n in names)
 
 
 def test_mpi_operator_base_image_config(make, etc: Path) -> None:
@@ -371,7 +388,7 @@ def test_connect_timeout(make, value: str, expected: float | None) -> None:
         "Port 22#x",
         "Port 22 23",
         "ConnectTimeout abc",
-        "ConnectTimeout 1.5",
+        "ConnectTimeout 1.5m",
         "ConnectTimeout -1",
         "ConnectTimeout",
     ],
@@ -398,11 +415,32 @@ def test_port_trailing_comment_and_quotes(make) -> None:
 
 
 def test_port_service_name(make) -> None:
-    try:
-        expected = socket.getservbyname("ssh", "tcp")
-    except OSError:
-        pytest.skip("no /etc/services entry for ssh")
+    testbed.require("services")
+    expected = socket.getservbyname("ssh", "tcp")
     assert make(system_cfg="Port ssh\n").resolve("w").port == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "host", "field", "value"),
+    [
+        # 8.4 accepts "none" among other files, 8.7 on refuse it: without ssh, accepted.
+        ("UserKnownHostsFile /kh none\n", "w", "known_hosts_files", ("/kh", *GLOBAL_KNOWN)),
+        # 10.3 on: a fraction of a second, truncated.
+        ("ConnectTimeout 1.5\n", "w", "connect_timeout", 1.0),
+        ("Match localnetwork 127.0.0.0/8\n  Port 9\n", "w", "port", 9),
+        ("Tag t\nMatch tagged t\n  Port 9\n", "w", "port", 9),
+        ("Match version OpenSSH_10.6*\n  Port 9\n", "w", "port", 9),
+        ("Match sessiontype exec\n  Port 9\n", "w", "port", 9),
+        ("Host w*\n  User u_%h\n", "w1", "user", "u_w1"),
+        ("Include /nonexistent/%h.conf\nPort 3\n", "w1", "port", 3),
+        ("SetupTimeOut 7\n", "w", "connect_timeout", 7.0),
+        ("ObscureKeystrokeTiming no\nWarnWeakCrypto no\nGSSAPIKeyExchange yes\n", "w", "port", 22),
+    ],
+)
+def test_without_ssh_newest_rules_and_any_release_accepted(
+    make, text: str, host: str, field: str, value: object
+) -> None:
+    assert getattr(make(system_cfg=text).resolve(host), field) == value
 
 
 @pytest.mark.parametrize(
@@ -411,13 +449,12 @@ def test_port_service_name(make) -> None:
         ("Port\n", "needs a value"),
         ('User "unterminated\n', "unbalanced quotes"),
         ("Match nonsense x\n", "Unsupported Match attribute"),
-        # 9.2 has no localnetwork (9.4) or tagged (9.8): it refuses them.
-        ("Match localnetwork 0.0.0.0/0\n", "Unsupported Match attribute"),
+        # Without ssh, what 9.4+ accepts is accepted; a network must still be one.
+        ("Match localnetwork 10.0.0.0/33\n", "not an address/prefix"),
         ("Bogus yes\n", "Bad configuration option: Bogus"),
         ("Match host\n", "needs an argument"),
         ("Match all host x\n", "all"),
         ("Match exec 'echo %z'\n", "unknown token %z"),
-        ("UserKnownHostsFile ~/kh none\n", "none must appear alone"),
     ],
 )
 def test_malformed_lines(make, etc: Path, text: str, problem: str) -> None:
@@ -568,8 +605,7 @@ def test_group_writable_is_accepted_when_the_group_is_the_owner_alone(make, home
 
 
 def test_group_writable_is_refused_when_the_group_has_others(make, home: Path) -> None:
-    if os.getuid() != 0:
-        pytest.skip("needs root to give the file another group")
+    testbed.require("root")  # to give the file another group
     cfg = write(home / ".ssh" / "config", "Port 1\n", mode=0o664)
     os.chown(cfg, 0, 65534)  # nogroup: nobody is its member, and not under that name
     with pytest.raises(InputError, match="bad owner or permissions"):
@@ -712,12 +748,12 @@ def test_resolver_without_passwd_entry_never_asks_getpass(
 
 # --- differential: the real ssh agrees --------------------------------------------------------
 
-SSH = shutil.which("ssh")
+SSH = testbed.find("ssh")
 
 
 def ssh_g(config: Path, host: str) -> list[str]:
     return subprocess.run(
-        [SSH or "ssh", "-G", "-F", str(config), host],
+        [str(SSH.path) if SSH else "ssh", "-G", "-F", str(config), host],
         capture_output=True,
         text=True,
         check=True,
@@ -776,13 +812,13 @@ def differential_configs(d: Path, user: str) -> list[tuple[str, list[str]]]:
     ]
 
 
-@pytest.mark.skipif(SSH is None, reason="no OpenSSH client")
+@testbed.needs("ssh")
 def test_same_answers_as_ssh_dash_g(tmp_path: Path) -> None:
     local = LocalUser.current()  # ssh -G uses the real passwd entry; so must we
     policy = {"true": "yes", "false": "no", "ask": "yes", "accept-new": "accept-new"}
     for n, (text, hosts) in enumerate(differential_configs(tmp_path, local.name)):
         config = write(tmp_path / f"c{n}", text)
-        resolver = SSHConfig(config_path=config, local_user=local)
+        resolver = SSHConfig(config_path=config, local_user=local, client=find_client())
         for host in hosts:
             lines = ssh_g(config, host)
             want: dict[str, str] = {}
@@ -892,3 +928,71 @@ def test_known_hosts_address_follows_host_key_alias(make) -> None:
     r = make(system_cfg="Port 2222\nHost a\n  HostKeyAlias Alias.MPI\n")
     assert r.resolve("a").known_hosts_address == ("alias.mpi", 22)
     assert r.resolve("B").known_hosts_address == ("b", 2222)
+
+
+# --- the installed ssh: its release's rules, its ssh -G the authority ----------------------------
+
+
+def test_banner_names_the_release() -> None:
+    rules = parse_banner("OpenSSH_10.0p2 Debian-7+deb13u4, OpenSSL 3.5.9 29 Sep 2026")
+    assert rules == Rules((10, 0), "OpenSSH_10.0p2")
+    assert parse_banner("Dropbear v2022.83") is None
+
+
+@pytest.mark.parametrize(
+    ("version", "flags"),
+    [
+        ((8, 4), {"legacy_split": True, "jump_token": False, "expands_user": False}),
+        ((9, 2), {"legacy_split": False, "jump_token": False, "match_localnetwork_tagged": False}),
+        ((9, 9), {"expands_include": True, "expands_user": False}),
+        ((10, 0), {"expands_user": True, "not_final_asks_final": True, "refuse_connection": False}),
+        (
+            (10, 6),
+            {"not_final_asks_final": False, "refuse_connection": True, "decimal_times": True},
+        ),
+    ],
+)
+def test_rules_by_release(version: tuple[int, int], flags: dict[str, bool]) -> None:
+    rules = Rules.for_version(version)
+    assert {name: getattr(rules, name) for name in flags} == flags
+
+
+def _fake_ssh(tmp_path: Path, script: str) -> Client:
+    """An executable standing in for ssh: ``script`` is its body (sh)."""
+    path = tmp_path / "bin" / "ssh"
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(f"#!/bin/sh\n{script}\n")
+    path.chmod(0o755)
+    return find_client({"PATH": str(path.parent)})
+
+
+def test_an_ssh_that_is_not_openssh_counts_as_none(tmp_path: Path) -> None:
+    client = _fake_ssh(tmp_path, 'echo "Dropbear v2022.83" >&2')
+    assert client.path is None
+    assert client.describe().startswith(f"{tmp_path}/bin/ssh is not OpenSSH (Dropbear v2022.83):")
+
+
+def test_no_ssh_on_path(tmp_path: Path) -> None:
+    client = find_client({"PATH": str(tmp_path)})
+    assert client.path is None and client.rules.version == (10, 6)
+    assert client.describe().startswith("no ssh installed: ssh config read as OpenSSH_10.6p1")
+
+
+def test_what_the_installed_ssh_accepts_is_accepted(make, tmp_path: Path) -> None:
+    # An OpenSSH whose build knows a keyword no Debian release knows: ssh -G exits 0.
+    client = _fake_ssh(
+        tmp_path, 'case "$1" in -V) echo "OpenSSH_9.9p1 Vendor-1" >&2;; *) exit 0;; esac'
+    )
+    t = make(system_cfg="VendorOption yes\nHost w*\n  Port 2201\n", client=client).resolve("w1")
+    assert (t.port, t.user) == (2201, "alice")
+
+
+def test_what_the_installed_ssh_refuses_is_refused_in_its_words(make, tmp_path: Path) -> None:
+    client = _fake_ssh(
+        tmp_path,
+        'case "$1" in -V) echo "OpenSSH_9.2p1 Debian-2" >&2;; '
+        '*) echo "/x line 2: Bad configuration option: warnweakcrypto" >&2; exit 255;; esac',
+    )
+    r = make(system_cfg="Host *\n  WarnWeakCrypto no\n", client=client)
+    with pytest.raises(InputError, match="refuses the ssh config for w1: /x line 2: Bad conf"):
+        r.resolve("w1")

@@ -1,0 +1,143 @@
+"""The connection of each passed login, kept open until the launch and watched for its end.
+
+After a login passes, the prober hands its socket here (a duplicate: paramiko closes its own)
+instead of closing it. Nothing is sent on it again: the worker's sshd holds an authenticated,
+idle session, which costs it no work, and which it never counts as a connection closed before
+authentication (what OpenSSH 9.8+ penalises). The kernel sends TCP keepalives on it. The
+connection ends when the worker's sshd session ends (its container restarted, evicted,
+OOM-killed: the worker's kernel closes it) or when keepalives go unanswered (the node or the
+address vanished); one thread waits on all of them at once (epoll) and reports each end, so the
+host can be checked again. docs/how-it-works.md says what this proves and what it does not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import resource
+import selectors
+import socket
+import threading
+from collections.abc import Callable
+
+# Idle seconds before the first keepalive, seconds between them, unanswered ones before the
+# kernel drops the connection: a worker that vanished silently is noticed within 3 s.
+KEEPALIVE = (1, 1, 2)
+# File descriptors left for everything else (probe sockets, lookups, stdio) when keeping.
+FD_RESERVE = 256
+
+
+class KeptConnections:
+    """host -> its last login's socket; ``on_lost(host)`` is called (from the watcher thread)
+    when that connection ends. ``close()`` ends them all and restores the fd limit."""
+
+    def __init__(self, on_lost: Callable[[str], None]) -> None:
+        self._on_lost = on_lost
+        self._selector = selectors.DefaultSelector()
+        self._socks: dict[str, socket.socket] = {}
+        self._lock = threading.Lock()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._closed = False
+        self._limit = resource.getrlimit(resource.RLIMIT_NOFILE)
+        self._budget = _raise_fd_limit(self._limit) - FD_RESERVE
+        self._thread = threading.Thread(target=self._watch, name="mpiwait-kept", daemon=True)
+        self._thread.start()
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._socks)
+
+    def holds(self, host: str) -> bool:
+        with self._lock:
+            return host in self._socks
+
+    def keep(self, host: str, conn: socket.socket) -> bool:
+        """Watch ``conn``'s connection (through a duplicate: the caller still closes ``conn``)
+        as ``host``'s, replacing the one kept before; False when it cannot be kept."""
+        with self._lock:
+            old = self._socks.pop(host, None)
+            if old is not None:
+                self._forget(old)
+            if self._closed:
+                return False
+            try:
+                sock = conn.dup()
+            except OSError:  # out of file descriptors: the host is re-checked instead
+                return False
+            if sock.fileno() >= self._budget:
+                sock.close()
+                return False
+            _keepalive(sock)
+            sock.setblocking(False)
+            self._socks[host] = sock
+            self._selector.register(sock, selectors.EVENT_READ, host)
+        return True
+
+    def close(self) -> None:
+        """Close every kept connection (an authenticated session's end: no penalty) and put the
+        fd limit back as it was, so that COMMAND inherits the limit mpiwait was given."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for sock in self._socks.values():
+                self._forget(sock)
+            self._socks.clear()
+        with contextlib.suppress(OSError):
+            self._wake_w.send(b"x")  # the watcher ends by itself: no join on the way to exec
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, self._limit)
+
+    def _forget(self, sock: socket.socket) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self._selector.unregister(sock)
+        sock.close()
+
+    def _watch(self) -> None:
+        while True:
+            for key, _ in self._selector.select():
+                if key.data is None:
+                    with self._lock:
+                        if self._closed:
+                            self._selector.close()
+                            self._wake_r.close()
+                            self._wake_w.close()
+                            return
+                    continue
+                self._readable(key.data, key.fileobj)  # type: ignore[arg-type]
+
+    def _readable(self, host: str, sock: socket.socket) -> None:
+        try:
+            # The server may say something (a host-keys notice, a keepalive request): it is
+            # encrypted and not ours to answer; only the end of the connection matters.
+            if sock.recv(65536):
+                return
+        except BlockingIOError:
+            return
+        except OSError:
+            pass  # reset, or the keepalives went unanswered (ETIMEDOUT)
+        with self._lock:
+            if self._socks.get(host) is not sock:
+                return
+            del self._socks[host]
+            self._forget(sock)
+        self._on_lost(host)
+
+
+def _keepalive(sock: socket.socket) -> None:
+    idle, interval, count = KEEPALIVE
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, count)
+
+
+def _raise_fd_limit(limit: tuple[int, int]) -> int:
+    """Raise the soft fd limit to the hard one (a kept connection is an fd); the limit now."""
+    soft, hard = (1 << 20 if v == resource.RLIM_INFINITY else v for v in limit)
+    if hard > soft:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, limit[1]))
+            return hard
+    return soft
