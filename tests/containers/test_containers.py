@@ -109,6 +109,7 @@ def build_image(
     engine: containers.Engine, tag: str, *docker_args: str, platform: str = "", sbom: Path
 ) -> str:
     """scripts/build-image as the release runs it (builds fetch over the host's network)."""
+    testbed.require("git")
     BUILT_FROM[tag] = _built_commit()
     argv = [str(REPO / "scripts/build-image"), "--tag", tag, "--sbom", str(sbom)]
     if platform:

@@ -31,13 +31,11 @@ REPO = Path(__file__).resolve().parents[2]
 LOCKS = [REPO / "requirements/bundle-linux-amd64.lock", REPO / "requirements/build.lock"]
 A, B = "127.0.0.2", "127.0.0.3"
 
-_PROBLEM = testbed.missing_requirements("loopback")
 pytestmark = [
-    pytest.mark.skipif(_PROBLEM is not None, reason=f"loopback sshd: {_PROBLEM}"),
+    testbed.needs("loopback", "git", "build"),
     pytest.mark.skipif(
         platform.machine() != "x86_64", reason="the wheel cache is the amd64 lock's"
     ),
-    pytest.mark.skipif(shutil.which("git") is None, reason="scripts/build-dist needs git"),
 ]
 
 
