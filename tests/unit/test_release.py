@@ -300,3 +300,7 @@ def test_readme_links_work_on_a_package_index() -> None:
         and not (target.startswith("#") and target[1:] in anchors)
     ]
     assert broken == []
+    # the absolute links into this repository must still name files and folders it has
+    repo_link = r"\]\(https://github\.com/mpiwait/mpiwait/(?:blob|tree)/main/([^)#\s]+)"
+    ours = re.findall(repo_link, text)
+    assert ours and [path for path in ours if not (REPO / path).exists()] == []
