@@ -98,10 +98,11 @@ class Proc:
     read as it comes. Its one synchronisation primitive is ``wait_for``: until a line appears."""
 
     def __init__(
-        self, proc: subprocess.Popen[str], argv: list[str], started: float, *, read: bool = False
+        self, proc: subprocess.Popen[str], argv: list[str], started: float, *, read: bool = True
     ) -> None:
-        """``read``: read its output from now on (a chatty process must not fill its pipe),
-        not only from the first wait_for()."""
+        """``read``: read its output from now on (default), not only from the first wait_for()
+        or finish(): a process whose pipe fills blocks on its next write, so a JSON run of 300
+        hosts (75 KB of records) once stalled mid-wait while the test finished another."""
         self.proc = proc
         self.argv = argv
         self.started = started
@@ -223,7 +224,7 @@ def start(
     env: Mapping[str, str] | None = None,
     wrapper: Sequence[str] = (),
     python: Sequence[str] = (),
-    read: bool = False,
+    read: bool = True,
     **kw: Any,
 ) -> Proc:
     """Start ``python -m mpiwait ARGS [-- COMMAND]`` in ``ctx``'s launcher context: a TestBed
