@@ -32,9 +32,9 @@ The launcher context (TestBed/ManyHosts): ``bed.popen``/``bed.run``/``bed.launch
 
 A process: ``start(bed, args, command=...)`` runs ``python -m mpiwait`` there and returns a Proc
     (bed: a TestBed or ManyHosts; a Lab or None: here, in a session of its own; ``python=``
-    interpreter options, ``wrapper=`` a prefix such as wrap()'s, ``read=`` (default True) read the output from
-    the start), whose one synchronisation primitive is ``wait_for(regex, stream=)``: until a
-    line appears;
+    interpreter options, ``wrapper=`` a prefix such as wrap()'s, ``read=`` (default True) read
+    the output from the start), whose one synchronisation primitive is
+    ``wait_for(regex, stream=)``: until a line appears;
     ``finish()`` gives a Result and fails on a traceback or any registered key material
     (register_key, register_secret, check_output_hygiene) and, for a JSON run, on any record
     that does not fit docs/events.schema.json (check_json_log, json_log_problems;
