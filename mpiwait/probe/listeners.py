@@ -27,6 +27,9 @@ from mpiwait.probe.pace import Pacer, address_key
 
 # Connects open at once: well under kept.FD_RESERVE, the descriptors left beside kept ones.
 WINDOW = 128
+# A connect unanswered this long is made again: a SYN dropped at a full accept queue would
+# otherwise wait the kernel's first retransmission, 1 s.
+RESEND = 0.2
 
 
 class Listener(NamedTuple):
@@ -39,56 +42,92 @@ def not_accepting(
     listeners: Mapping[str, Listener],
     *,
     window: int = WINDOW,
+    resend: float = RESEND,
     clock: Callable[[], float] = time.monotonic,
 ) -> set[str]:
     """The hosts whose listener refused, or did not accept within its timeout; every connect
-    runs in parallel (at most ``window`` open at once) and is closed as soon as it is decided."""
-    failed: set[str] = set()
+    runs in parallel (at most ``window`` open at once) and is closed as soon as it is decided.
+    One still unanswered after ``resend`` s is made again (its SYN was likely dropped)."""
+    tries = _Tries(selectors.DefaultSelector(), clock, resend)
     pending = iter(listeners.items())
-    open_: dict[socket.socket, tuple[str, float]] = {}
-    with selectors.DefaultSelector() as selector:
-        try:
-            while _fill(open_, pending, window, selector, failed, clock) or open_:
-                first = min(deadline for _, deadline in open_.values())
-                for key, _ in selector.select(max(0.0, first - clock())):
-                    sock: socket.socket = key.fileobj  # type: ignore[assignment]
-                    if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0:
-                        failed.add(key.data)
-                    _close(sock, open_, selector)
-                now = clock()
-                for sock, (host, deadline) in list(open_.items()):
-                    if deadline <= now:
-                        failed.add(host)
-                        _close(sock, open_, selector)
-        finally:
-            for sock in open_:
-                sock.close()
-    return failed
+    try:
+        while tries.fill(pending, window) or tries.open:
+            wake = min(min(t.deadline, t.resend_at) for t in tries.open.values())
+            for key, _ in tries.selector.select(max(0.0, wake - clock())):
+                tries.answered(key.fileobj)  # type: ignore[arg-type]
+            tries.expire()
+    finally:
+        tries.close()
+    return tries.failed
 
 
-def _fill(
-    open_: dict[socket.socket, tuple[str, float]],
-    pending: Iterator[tuple[str, Listener]],
-    window: int,
-    selector: selectors.BaseSelector,
-    failed: set[str],
-    clock: Callable[[], float],
-) -> bool:
-    """Start connects until ``window`` are open; True when any was started."""
-    started = False
-    while len(open_) < window:
-        item = next(pending, None)
-        if item is None:
-            break
-        host, listener = item
+class _Try(NamedTuple):
+    host: str
+    listener: Listener
+    deadline: float
+    resend_at: float
+
+
+class _Tries:
+    """The connects under way, by socket."""
+
+    def __init__(
+        self, selector: selectors.BaseSelector, clock: Callable[[], float], resend: float
+    ) -> None:
+        self.selector = selector
+        self.clock = clock
+        self.resend = resend
+        self.open: dict[socket.socket, _Try] = {}
+        self.failed: set[str] = set()
+
+    def fill(self, pending: Iterator[tuple[str, Listener]], window: int) -> bool:
+        """Start connects until ``window`` are open; True when any was started."""
+        started = False
+        while len(self.open) < window:
+            item = next(pending, None)
+            if item is None:
+                break
+            host, listener = item
+            started |= self.start(host, listener, self.clock() + listener.timeout)
+        return started
+
+    def start(self, host: str, listener: Listener, deadline: float) -> bool:
         sock = _start(listener)
         if sock is None:
-            failed.add(host)
-            continue
-        open_[sock] = (host, clock() + listener.timeout)
-        selector.register(sock, selectors.EVENT_WRITE, host)
-        started = True
-    return started
+            self.failed.add(host)
+            return False
+        resend_at = min(deadline, self.clock() + self.resend)
+        self.open[sock] = _Try(host, listener, deadline, resend_at)
+        self.selector.register(sock, selectors.EVENT_WRITE)
+        return True
+
+    def answered(self, sock: socket.socket) -> None:
+        if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) != 0:
+            self.failed.add(self.open[sock].host)
+        self.drop(sock)
+
+    def expire(self) -> None:
+        """Fail the tries past their deadline; make again those past their resend time (a
+        fresh SYN, where the kernel would wait a second before resending)."""
+        now = self.clock()
+        for sock, t in list(self.open.items()):
+            if t.deadline <= now:
+                self.failed.add(t.host)
+                self.drop(sock)
+            elif t.resend_at <= now:
+                self.drop(sock)
+                self.start(t.host, t.listener, t.deadline)
+
+    def drop(self, sock: socket.socket) -> None:
+        with contextlib.suppress(KeyError, ValueError):
+            self.selector.unregister(sock)
+        del self.open[sock]
+        sock.close()
+
+    def close(self) -> None:
+        for sock in self.open:
+            sock.close()
+        self.selector.close()
 
 
 def _start(listener: Listener) -> socket.socket | None:
@@ -104,17 +143,6 @@ def _start(listener: Listener) -> socket.socket | None:
         return sock
     sock.close()
     return None
-
-
-def _close(
-    sock: socket.socket,
-    open_: dict[socket.socket, tuple[str, float]],
-    selector: selectors.BaseSelector,
-) -> None:
-    with contextlib.suppress(KeyError, ValueError):
-        selector.unregister(sock)
-    del open_[sock]
-    sock.close()
 
 
 def listener_check(
