@@ -48,6 +48,9 @@ def bench_env(cache: Path, extra: dict[str, str] | None = None) -> dict[str, str
         if not k.startswith("MPIWAIT_") and k not in ("K_MPI_JOB_ROLE", "PYTHONDONTWRITEBYTECODE")
     }
     env["PYTHONPYCACHEPREFIX"] = str(cache)
+    # `python -m mpiwait` must import the package PYTHONPATH names (--baseline-path), not the
+    # one in the working directory: benchmarks/run runs from the checkout
+    env["PYTHONSAFEPATH"] = "1"
     env["PYTHONPATH"] = os.pathsep.join(
         p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p
     )

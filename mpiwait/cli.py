@@ -18,7 +18,6 @@ from typing import TypeVar
 
 import click
 
-from mpiwait import __version__
 from mpiwait.errors import ExitCode, Interrupted, MpiwaitError, interrupted_status
 from mpiwait.settings import (
     BACKOFF_DOUBLING,
@@ -236,7 +235,16 @@ class _WordList(click.Path):
     "Open MPI 5's names for the operators' OMPI_MCA_orte_* variables, MPICH's "
     "HYDRA_LAUNCHER_EXTRA_ARGS; each logged. Off: COMMAND's environment stays as it is.",
 )
-@click.version_option(__version__, "-V", "--version", prog_name="mpiwait")
+@click.option(
+    "-V",
+    "--version",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=lambda ctx, _param, value: _print_version(ctx, value),
+    help="Print the version, the commit it was built from, Python, paramiko, cryptography and "
+    "the platform, then exit (one JSON object with --log-format json).",
+)
 @click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @click.pass_context
 def command_line(
@@ -319,6 +327,19 @@ def command_line(
     )
 
 
+def _print_version(ctx: click.Context, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from mpiwait import about
+
+    info = about.build_info()
+    argv = ctx.obj if isinstance(ctx.obj, list) else []
+    as_json = _chosen_log_format(argv) is LogFormat.JSON
+    text = about.version_json(info) if as_json else about.version_text(info)
+    click.echo(text, nl=False)
+    ctx.exit()
+
+
 def _check_retry_window(
     ctx: click.Context, retry_initial: float | None, retry_max: float | None
 ) -> None:
@@ -385,7 +406,7 @@ def _retry_policy(settings: Settings) -> RetryPolicy:
 def parse(argv: list[str]) -> Settings | int:
     """Settings, or the exit status when parsing already answered (help, version, error)."""
     try:
-        result = command_line.main(args=argv, prog_name="mpiwait", standalone_mode=False)
+        result = command_line.main(args=argv, prog_name="mpiwait", standalone_mode=False, obj=argv)
     except click.exceptions.UsageError as exc:
         message = exc.format_message().replace("\n", " ")
         envvar = _bad_envvar(exc, argv)

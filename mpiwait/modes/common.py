@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from mpiwait.hosts.sources import HostSources, Snapshot
-from mpiwait.launch.command import ROLE_VARIABLE, exec_command, is_mpi_launcher
+from mpiwait.launch.command import ROLE_VARIABLE, is_mpi_launcher
 from mpiwait.output.report import Reporter
 from mpiwait.settings import Run
 
@@ -38,22 +38,25 @@ def recognise_launch(run: Run, environ: Mapping[str, str], reporter: Reporter) -
     return launch
 
 
-def read_first(run: Run, sources: HostSources, reporter: Reporter) -> Snapshot:
-    """The sources' first reading; with none at all, either a node pod (exec) or an error."""
+def read_first(run: Run, sources: HostSources) -> Snapshot | None:
+    """The sources' first reading; None on a node pod, which waits for no one (node_reason).
+    No source at all on any other pod is an error."""
     first = sources.read()
     if not sources.found_none(first):
         return first
     if not _is_node(run):
         raise sources.no_source_error(NO_SOURCE_HINT)
-    # Kubeflow Trainer v2 mounts the hostfile in the launcher only and sets no role variable:
-    # a pod with neither, whose COMMAND starts no MPI launch (sshd), is a node. A launcher
-    # (its COMMAND is mpirun) without its hostfile is still an error.
-    reporter.info(
+    return None
+
+
+def node_reason(run: Run, sources: HostSources) -> str:
+    """Why a pod is a node. Kubeflow Trainer v2 mounts the hostfile in the launcher only and
+    sets no role variable: a pod with neither, whose COMMAND starts no MPI launch (sshd), is
+    a node; a launcher (its COMMAND is mpirun) without its hostfile is still an error."""
+    return (
         f"no {sources.hostfile}, no {sources.discover} and no {ROLE_VARIABLE}, "
-        f"and {os.path.basename(run.command[0])} is no MPI launcher: a worker "
-        "(node) pod; nothing to wait for"
+        f"and {os.path.basename(run.command[0])} is no MPI launcher, so a worker (node) pod"
     )
-    exec_command(run.command)
 
 
 def _is_node(run: Run) -> bool:

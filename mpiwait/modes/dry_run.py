@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from mpiwait.errors import ExitCode
 from mpiwait.hosts.sources import HostSources
 from mpiwait.launch.command import ROLE_VARIABLE, worker_role
-from mpiwait.modes.common import handover_plan, read_first, recognise_launch
+from mpiwait.modes.common import handover_plan, node_reason, read_first, recognise_launch
 from mpiwait.output.plans import (
     HostPlan,
     print_launch_plan,
@@ -26,14 +26,17 @@ def dry_run(run: Run, environ: Mapping[str, str]) -> int:
     input."""
     reporter = Reporter(run.output.log_format, run.output.quiet)
     as_json = run.output.log_format is LogFormat.JSON
+    show_worker = print_worker_plan_json if as_json else print_worker_plan
     role = worker_role(environ)
     if role is not None:
-        show = print_worker_plan_json if as_json else print_worker_plan
-        show(f"{ROLE_VARIABLE}={role}", run.command)
+        show_worker(f"{ROLE_VARIABLE}={role}", run.command)
         return ExitCode.OK
     launch = recognise_launch(run, environ, reporter)
     sources = HostSources.from_options(run.sources, environ)
-    first = read_first(run, sources, reporter)
+    first = read_first(run, sources)
+    if first is None:  # a node pod: the wait would exec COMMAND at once; a dry run says so
+        show_worker(node_reason(run, sources), run.command)
+        return ExitCode.OK
     hosts = host_plans(run, first.names)
     launch_plan = None
     if launch is not None:

@@ -17,7 +17,7 @@ from mpiwait.launch.command import (
     find_command,
     worker_role,
 )
-from mpiwait.modes.common import handover_plan, read_first, recognise_launch
+from mpiwait.modes.common import handover_plan, node_reason, read_first, recognise_launch
 from mpiwait.output.report import Reporter
 from mpiwait.output.termination import write_termination_log
 from mpiwait.output.text import summary_lines
@@ -49,7 +49,10 @@ def wait_and_exec(run: Run, environ: Mapping[str, str]) -> int:
         _check_command(run, environ, reporter)
     launch = recognise_launch(run, environ, reporter)
     sources = HostSources.from_options(run.sources, environ)
-    first = read_first(run, sources, reporter)
+    first = read_first(run, sources)
+    if first is None:
+        reporter.info(f"{node_reason(run, sources)}; nothing to wait for")
+        exec_command(run.command)
 
     from mpiwait.modes.readycache import cache_dir
     from mpiwait.probe.attempt import prober_for

@@ -6,8 +6,8 @@ loop runs in unit tests against a fake clock, hundreds of rounds in milliseconds
 
 Per host: a delay from the moment an attempt ends, chosen by a Schedule (wait/schedule.py) that
 shares the probe budget among the hosts still missing. Across hosts: at most ``parallel``
-attempts in flight and at most ``probe_rate`` started per second (a token bucket), so a thousand
-unready workers do not turn into a flood of DNS queries.
+attempts in flight and at most ``probe_rate`` started in any one-second window (wait/runner.py),
+so a thousand unready workers do not turn into a flood of DNS queries.
 
 A host that has passed stays fresh while others are missing (docs/how-it-works.md): the runner
 reports the end of the connection kept from its login (a LOST outcome), and the host is checked
@@ -45,7 +45,7 @@ from mpiwait.wait.events import (
     WaitResult,
 )
 from mpiwait.wait.policy import WaitPolicy
-from mpiwait.wait.runner import TokenBucket
+from mpiwait.wait.runner import StartWindow
 from mpiwait.wait.schedule import HostRetryState, Schedule
 
 # A listener that accepted a login this recently needs no try at the end of the wait.
@@ -129,16 +129,16 @@ class _Loop:
         if new:
             self.emit(HostsAdded(new, len(self.tracks), sources))
 
-    def start_due(self, now: float, bucket: TokenBucket) -> None:
+    def start_due(self, now: float, window: StartWindow) -> None:
         """Start the attempts due by ``now``, within the probe slots and the rate limit."""
-        parallel = self.policy.budget.parallel
-        due = self.due
+        parallel, due, clock = self.policy.budget.parallel, self.due, self.runner.now
         while due and due[0][0] <= now and self.in_flight < parallel:
             _, seq, host = due[0]
             if seq != self.tracks[host].due_seq or self.tracks[host].in_flight:
                 heapq.heappop(due)  # superseded
                 continue
-            if not bucket.take():
+            # counted when it happens: starting a thread takes time of its own
+            if not window.take(clock()):
                 return
             heapq.heappop(due)
             self.tracks[host].in_flight = True
@@ -321,7 +321,7 @@ def wait_for_hosts(
     loop.add(first, start)
     next_reread = start + policy.reread_interval
     next_status = start + policy.status_interval
-    bucket = TokenBucket(policy.budget.rate, policy.budget.parallel, start)
+    window = StartWindow(policy.budget.rate)
     try:
         while True:
             now = runner.now()
@@ -335,11 +335,10 @@ def wait_for_hosts(
             if now >= next_status:
                 emit(StillWaiting(tuple(t.state() for t in loop.tracks.values()), now - start))
                 next_status = now + policy.status_interval
-            bucket.refill(now)
-            loop.start_due(now, bucket)
+            loop.start_due(now, window)
             wake = min(deadline, next_reread, next_status)
             if loop.due and loop.in_flight < policy.budget.parallel:
-                wake = min(wake, max(loop.due[0][0], bucket.next_token(now)))
+                wake = min(wake, max(loop.due[0][0], window.next_free()))
             for host, outcome in runner.results(max(0.0, wake - now)):
                 failed = loop.record(host, outcome, runner.now())
                 if failed is not None:

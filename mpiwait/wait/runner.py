@@ -7,6 +7,7 @@ attempts need them, so four hosts cost four threads, not 32.
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -15,10 +16,6 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
-
-# Refilled tokens add up in floating point; 0.9999999 must count as a whole token, or the loop
-# would ask to wake again after a fraction of a nanosecond, forever.
-_EPSILON = 1e-6
 
 
 class ThreadRunner(Generic[T]):
@@ -80,59 +77,36 @@ class ThreadRunner(Generic[T]):
                 return out
 
 
-class TokenBucket:
-    """The wait's probe budget: a burst of ``capacity``, then ``rate`` starts a second (0: no
-    limit), so a thousand unready workers do not turn into a flood of DNS queries."""
-
-    def __init__(self, rate: float, capacity: int, now: float) -> None:
-        self.rate = rate
-        self._capacity = float(max(1, capacity))
-        self._tokens = self._capacity
-        self._refilled = now
-
-    def refill(self, now: float) -> None:
-        if self.rate > 0:
-            self._tokens = min(self._capacity, self._tokens + (now - self._refilled) * self.rate)
-            self._refilled = now
-
-    def take(self) -> bool:
-        """One start, if the budget allows it now (after ``refill``)."""
-        if self.rate > 0 and self._tokens < 1 - _EPSILON:
-            return False
-        self._tokens -= 1
-        return True
-
-    def next_token(self, now: float) -> float:
-        """When ``take`` can next succeed."""
-        if self.rate > 0 and self._tokens < 1 - _EPSILON:
-            return now + (1 - self._tokens) / self.rate
-        return now
-
-
 class StartWindow:
-    """--list-ready's probe budget: at most ``rate`` starts in any second, as --probe-rate
-    promises; a rate under 1/s allows one start per 1/rate seconds. A window, not the wait's
-    bucket: Horovod's 64 known hosts re-checked at once start at once (docs/design-decisions.md).
-    """
+    """The probe budget of the wait and --list-ready alike: at most ``rate`` starts in any
+    one-second window, as --probe-rate promises (a fractional rate above 1 rounds down); a rate
+    under 1/s spaces single starts 1/rate apart; 0: no limit. --parallel bounds what is in
+    flight, not this."""
 
     def __init__(self, rate: float) -> None:
         self._limit = max(1, int(rate)) if rate > 0 else 0
-        self._span = self._limit / rate if rate > 0 else 0.0
-        self._starts: deque[float] = deque()
+        self._span = max(1.0, 1.0 / rate) if rate > 0 else 0.0
+        # when each start in the window leaves it: stored, not recomputed, so that waking at
+        # next_free() frees the slot exactly (a subtraction could miss it by a rounding error)
+        self._leaves: deque[float] = deque()
 
     def take(self, now: float) -> bool:
+        """One start at ``now``, if the window has room for it."""
         if not self._limit:
             return True
-        while self._starts and self._starts[0] <= now - self._span:
-            self._starts.popleft()
-        if len(self._starts) >= self._limit:
+        leaves = self._leaves
+        while leaves and leaves[0] <= now:
+            leaves.popleft()
+        if len(leaves) >= self._limit:
             return False
-        self._starts.append(now)
+        leaves.append(now + self._span)
         return True
 
     def next_free(self) -> float:
-        """When ``take`` can next succeed (after a refusal)."""
-        return self._starts[0] + self._span if self._starts else 0.0
+        """When ``take`` can next succeed: -inf while the window has room."""
+        if self._limit and len(self._leaves) >= self._limit:
+            return self._leaves[0]
+        return -math.inf
 
 
 def run_all(
@@ -157,7 +131,7 @@ def run_all(
         now = runner.now()
         if now >= deadline:
             break
-        while started < len(hosts) and window.take(now):
+        while started < len(hosts) and window.take(runner.now()):  # each when it happens
             runner.start(hosts[started])
             started += 1
         wait = deadline - now

@@ -14,7 +14,7 @@ delay after a failed attempt is drawn (uniformly, from an injectable random sour
   (as before).
 
 Few hosts missing: each is tried near its floor (the launch gap follows). Many missing: the
-share exceeds the envelope, every host is tried as before and the token bucket in the loop
+share exceeds the envelope, every host is tried as before and the start window in the loop
 spends the same budget as before. A host missing for a minute is back on the old schedule.
 A permanent-looking failure (key rejected) keeps the old full-jitter backoff: its repeats are a
 race with a worker mounting its keys, and racing faster would only end the wait sooner. So does
@@ -84,8 +84,8 @@ class FollowBudget(wait_base):
         over = (retry_state.seconds_since_start or 0.0) - p.grace
         aged = lo * 2.0 ** min(over / p.doubling, 64.0) if over > 0 else lo
         # uniform over [lo, 2 x share] averages a little more than the share: all missing
-        # hosts together then ask for a little less than the budget, never more (the token
-        # bucket would cut an excess, but a smooth demand at the limit uses all of it: with
+        # hosts together then ask for a little less than the budget, never more (the start
+        # window would cut an excess, but a smooth demand at the limit uses all of it: with
         # [lo, 2 x share - lo], 50 unresolvable hosts cost the DNS 8% more than before).
         hi = min(envelope, max(lo, 2.0 * share, aged))
         return self._rng.uniform(lo, hi)

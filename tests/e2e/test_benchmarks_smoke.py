@@ -108,3 +108,29 @@ def test_ssh_config_cost_runs() -> None:
     assert cp.returncode == 0, cp.stderr[-3000:]
     rows = [ln.split()[0] for ln in cp.stdout.splitlines()[2:]]
     assert rows == ["reader", "reader", "ssh"], cp.stdout
+
+
+def test_baseline_path_is_the_package_measured(tmp_path: Path) -> None:
+    # `python -m mpiwait` runs from the checkout (benchmarks/run cds there), and -m puts the
+    # working directory first on sys.path: without PYTHONSAFEPATH the checkout's own package
+    # was measured as the baseline too.
+    other = tmp_path / "other" / "mpiwait"
+    other.mkdir(parents=True)
+    (other / "__init__.py").write_text("")
+    (other / "__main__.py").write_text("print('the other checkout')\n")
+    code = (
+        "import subprocess, sys; from pathlib import Path; sys.path.insert(0, sys.argv[1]); "
+        "from benchmarks.common import PY, bench_env; "
+        "env = bench_env(Path(sys.argv[2]), {'PYTHONPATH': sys.argv[3]}); "
+        "print(subprocess.run([PY, '-m', 'mpiwait'], env=env, cwd=sys.argv[1], "
+        "capture_output=True, text=True).stdout, end='')"
+    )
+    cp = subprocess.run(
+        [sys.executable, "-c", code, str(REPO), str(tmp_path / "cache"), str(other.parent)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert cp.returncode == 0, cp.stderr
+    assert cp.stdout == "the other checkout\n"

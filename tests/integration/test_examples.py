@@ -38,6 +38,8 @@ import testbed  # (tests/ is on sys.path via conftest)
 testbed.require("pyyaml")
 import yaml  # noqa: E402
 
+import mpiwait  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 K8S = EXAMPLES / "kubernetes"
@@ -52,7 +54,7 @@ DOCKERFILES = [
 ]
 K8S_EXAMPLES = sorted(K8S.glob("*.yaml"))
 
-MPIWAIT_IMAGE = "ghcr.io/mpiwait/mpiwait:0.1.0"
+MPIWAIT_IMAGE = f"ghcr.io/mpiwait/mpiwait:{mpiwait.__version__}"
 MPIWAIT_IN_IMAGE = "/opt/mpiwait/bin/mpiwait"
 DEFAULT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -94,7 +96,7 @@ IMAGES: dict[str, ImageFacts] = {
     # FROM scratch: /opt/mpiwait and root's passwd entry, nothing else (no ssh, no shell).
     MPIWAIT_IMAGE: ImageFacts(REPO / "Dockerfile", {0: ("root", "/root")}, {}),
     # mpi-operator's mpi-pi:mpich (mpiuser is uid 1000, home /home/mpiuser) plus /opt/mpiwait.
-    "ghcr.io/mpiwait/pi-mpich-mpiwait:0.1.0": ImageFacts(
+    f"ghcr.io/mpiwait/pi-mpich-mpiwait:{mpiwait.__version__}": ImageFacts(
         K8S / "entrypoint.Dockerfile",
         {0: ("root", "/root"), 1000: ("mpiuser", "/home/mpiuser")},
         {"ssh_config": OPERATOR_SSH_CONFIG},
@@ -102,13 +104,13 @@ IMAGES: dict[str, ImageFacts] = {
     # Horovod's image: root, sshd on port 22; its ssh_config is not relied upon.
     "horovod/horovod:0.28.1": ImageFacts(None, {0: ("root", "/root")}, {}),
     # mpi-operator's mpi-pi:intel (Intel MPI 2021) plus /opt/mpiwait, no entrypoint.sh.
-    "ghcr.io/mpiwait/pi-intel-mpiwait:0.1.0": ImageFacts(
+    f"ghcr.io/mpiwait/pi-intel-mpiwait:{mpiwait.__version__}": ImageFacts(
         K8S / "intel-entrypoint.Dockerfile",
         {0: ("root", "/root"), 1000: ("mpiuser", "/home/mpiuser")},
         {"ssh_config": OPERATOR_SSH_CONFIG},
     ),
     # mpi-operator's mpi-pi:openmpi (Open MPI 5.0.7; Trainer's runtimes run it) plus /opt/mpiwait.
-    "ghcr.io/mpiwait/pi-openmpi-mpiwait:0.1.0": ImageFacts(
+    f"ghcr.io/mpiwait/pi-openmpi-mpiwait:{mpiwait.__version__}": ImageFacts(
         K8S / "trainer-entrypoint.Dockerfile",
         {0: ("root", "/root"), 1000: ("mpiuser", "/home/mpiuser")},
         {"ssh_config": OPERATOR_SSH_CONFIG},

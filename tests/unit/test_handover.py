@@ -3,6 +3,7 @@ layouts made of empty files, and the environment changes for each MPI (pure logi
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from pathlib import Path
@@ -515,3 +516,27 @@ def test_trainer_v2_node_no_role_variable_no_hostfile_runs_its_command_at_once(t
     r = run_mpiwait("--timeout", "30", "--", "mpirun", "-n", "2", "hostname", path=bin_dir)
     assert r.returncode == 2, r.stderr
     assert "no host source" in r.stderr
+
+
+@pytest.mark.skipif(
+    os.path.exists("/etc/mpi/hostfile") or os.path.exists("/etc/mpi/discover_hosts.sh"),
+    reason="this machine has mpi-operator's /etc/mpi files",
+)
+def test_dry_run_on_a_trainer_v2_node_runs_nothing_and_says_what_it_would_run(tmp_path):
+    """Where the wait would exec COMMAND at once, --dry-run prints that and runs nothing."""
+    ran = tmp_path / "ran"
+    r = run_mpiwait("--dry-run", "--", "touch", str(ran))
+    assert r.returncode == 0, r.stderr
+    assert not ran.exists()
+    assert r.stdout == (
+        "# no /etc/mpi/hostfile, no /etc/mpi/discover_hosts.sh and no K_MPI_JOB_ROLE, and touch "
+        "is no MPI launcher, so a worker (node) pod: not waiting for any host\n"
+        f"exec touch {ran}\n"
+    ), r.stdout
+    r = run_mpiwait("--dry-run", "--log-format", "json", "--", "touch", str(ran))
+    assert r.returncode == 0, r.stderr
+    assert not ran.exists()
+    (line,) = r.stdout.splitlines()  # one object, checked against the schema by testbed.run
+    plan = json.loads(line)
+    assert (plan["event"], plan["hosts"], plan["exec"]) == ("plan", [], ["touch", str(ran)])
+    assert plan["role"].endswith("so a worker (node) pod"), plan

@@ -56,8 +56,9 @@ def test_every_record_fits_the_schema_and_carries_its_version() -> None:
     for record in records:
         assert testbed.json_log_problems(record) == [], record
         assert record["schema_version"] == JSON_SCHEMA_VERSION
-    # the schema's own list of events is exactly what mpiwait emits (plan: --dry-run, below)
-    kinds = {r["event"] for r in records} | {"plan"}
+    # the schema's own list of events is exactly what mpiwait emits (plan: --dry-run, below;
+    # version: --version, test_cli's test_version_json_is_one_object)
+    kinds = {r["event"] for r in records} | {"plan", "version"}
     assert kinds == set(SCHEMA["properties"]["event"]["enum"])
     assert SCHEMA["properties"]["schema_version"]["const"] == JSON_SCHEMA_VERSION
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from pathlib import Path
 
@@ -193,6 +194,7 @@ def test_start_window_allows_probe_rate_starts_in_any_second() -> None:
     from mpiwait.wait.runner import StartWindow
 
     w = StartWindow(200)
+    assert w.next_free() == -math.inf  # room now
     assert all(w.take(10.0) for _ in range(200))  # 200 at once: within "200 per second"
     assert not w.take(10.5)  # the 201st within the same second waits
     assert w.next_free() == 11.0
@@ -201,6 +203,17 @@ def test_start_window_allows_probe_rate_starts_in_any_second() -> None:
     assert slow.take(0.0)
     assert not slow.take(1.9)
     assert slow.next_free() == 2.0 and slow.take(2.0)
+    fractional = StartWindow(2.5)  # at most 2.5 in any second: 2
+    assert fractional.take(0.0) and fractional.take(0.3)
+    assert not fractional.take(0.9) and fractional.next_free() == 1.0
+    # a start woken at next_free() after many seconds of float arithmetic still gets its slot
+    late = StartWindow(3)
+    t = 0.1
+    for _ in range(1000):
+        while late.take(t):
+            pass
+        t = late.next_free()
+    assert late.take(t)
     unlimited = StartWindow(0)
     assert all(unlimited.take(0.0) for _ in range(10_000))
 

@@ -1,0 +1,82 @@
+"""What ``mpiwait --version`` reports: the build and the run-time a bug report needs.
+
+Cheap on purpose (scenario 3 of the benchmarks times ``--version``): a distribution's version is
+read from the name of its ``NAME-VERSION.dist-info`` directory on sys.path, never by importing
+paramiko or cryptography, and importlib.metadata only as the fallback (docs/performance.md). The
+commit comes from ``mpiwait/_build.py``, which a release build writes (scripts/stamp-build);
+nothing here runs git.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+from mpiwait import __version__, _build
+
+# The distributions whose versions change how logins behave (paramiko's transport, the
+# cryptography under it), in the order they are reported.
+DEPENDENCIES = ("paramiko", "cryptography")
+
+
+def _distribution_version(name: str) -> str:
+    """The version of the first ``name`` installed on sys.path (as import would find it)."""
+    prefix = name.lower().replace("-", "_") + "-"
+    for entry in sys.path:
+        try:
+            found = sorted(os.listdir(entry or "."))
+        except OSError:
+            continue
+        for item in found:
+            if item.endswith(".dist-info") and item.lower().startswith(prefix):
+                return item[len(prefix) : -len(".dist-info")]
+    from importlib import metadata  # not a wheel install (egg-info): the slow, general way
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _libc() -> str:
+    try:
+        return os.confstr("CS_GNU_LIBC_VERSION") or "unknown"
+    except (ValueError, OSError):  # not glibc (musl), or no such name here
+        return "unknown"
+
+
+def build_info() -> dict[str, str]:
+    """Every field of ``--version``, as strings, in the order they are printed."""
+    uname = os.uname()
+    info = {
+        "version": __version__,
+        "commit": _build.COMMIT or "unknown",
+        "commit_date": _build.COMMIT_DATE or "unknown",
+        "python": f"{sys.implementation.name} {'.'.join(map(str, sys.version_info[:3]))}",
+        "python_executable": sys.executable,
+    }
+    info.update({name: _distribution_version(name) for name in DEPENDENCIES})
+    info["platform"] = f"{uname.sysname} {uname.release} {uname.machine}"
+    info["libc"] = _libc()
+    return info
+
+
+def version_text(info: dict[str, str]) -> str:
+    """The text form: click's first line as before, then one ``key: value`` line a field."""
+    lines = [f"mpiwait, version {info['version']}"]
+    commit = info["commit"]
+    if commit == "unknown":
+        lines.append("commit: unknown (not a release build)")
+    else:
+        lines.append(f"commit: {commit} ({info['commit_date']})")
+    lines.append(f"python: {info['python']} ({info['python_executable']})")
+    lines.append(", ".join(f"{name}: {info[name]}" for name in DEPENDENCIES))
+    lines.append(f"platform: {info['platform']}, libc {info['libc']}")
+    return "\n".join(lines) + "\n"
+
+
+def version_json(info: dict[str, str]) -> str:
+    """One JSON object on one line, a record of --log-format json (docs/events.schema.json)."""
+    from mpiwait.output.jsonl import json_record  # only for this form: the text form stays light
+
+    return json_record("version", **info) + "\n"
