@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import queue
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from mpiwait.errors import ExitCode, interrupted_status
@@ -28,7 +28,9 @@ from mpiwait.wait.events import End, WaitResult, WaitStarted
 if TYPE_CHECKING:  # imported only on the paths that use them
     from mpiwait.launch.handover import Interface, Launch
     from mpiwait.openssh.config import SSHConfig
+    from mpiwait.probe.attempt import Prober
     from mpiwait.probe.kept import KeptConnections
+    from mpiwait.probe.pace import Pacer
 
 _END_STATUS = {
     End.READY: ExitCode.OK,
@@ -71,8 +73,9 @@ def wait_and_exec(run: Run, environ: Mapping[str, str]) -> int:
             # to it unless it resolves to this machine: it must resolve, as ssh resolves it.
             return prober.attempt(host, name_only=reader.skips_login(host))
 
+        listeners = _listeners(kept, pacer, prober)
         with _collector_for_logins():
-            result = _wait(run, reader, first.waited, attempt, reporter, done, kept)
+            result = _wait(run, reader, first.waited, attempt, reporter, done, kept, listeners)
     reporter(result)
     if result.end is End.READY:
         _exec_or_advise(run, environ, launch, result, reader.is_self, reporter)
@@ -192,6 +195,17 @@ def _kept_connections(
         kept.close()
 
 
+def _listeners(
+    kept: KeptConnections | None, pacer: Pacer, prober: Prober
+) -> Callable[[Collection[str]], Collection[str]]:
+    """The check of kept hosts' listeners as the wait ends (none without kept connections)."""
+    if kept is None:
+        return lambda hosts: ()
+    from mpiwait.probe.listeners import listener_check
+
+    return listener_check(kept, pacer, lambda host: prober.timeout_for(prober.target(host)))
+
+
 @contextlib.contextmanager
 def _collector_for_logins() -> Iterator[None]:
     """The cyclic garbage collector tuned for a wait of many logins, restored afterwards.
@@ -222,6 +236,7 @@ def _wait(
     reporter: Reporter,
     done: queue.SimpleQueue[tuple[str, Outcome]],
     kept: KeptConnections | None,
+    listeners: Callable[[Collection[str]], Collection[str]],
 ) -> WaitResult:
     from mpiwait.probe.outcome import Stage, Status
     from mpiwait.wait.loop import wait_for_hosts
@@ -236,6 +251,7 @@ def _wait(
         read_hosts=reader,
         runner=ThreadRunner(attempt, run.wait.budget.parallel, unexpected, done),
         kept=kept.holds if kept is not None else lambda host: False,
+        listeners=listeners,
         policy=run.wait,
         emit=reporter,
     )

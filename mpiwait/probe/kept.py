@@ -18,6 +18,7 @@ import selectors
 import socket
 import threading
 from collections.abc import Callable
+from typing import Any
 
 # Idle seconds before the first keepalive, seconds between them, unanswered ones before the
 # kernel drops the connection: a worker that vanished silently is noticed within 3 s.
@@ -51,6 +52,17 @@ class KeptConnections:
     def holds(self, host: str) -> bool:
         with self._lock:
             return host in self._socks
+
+    def peer(self, host: str) -> tuple[int, tuple[Any, ...]] | None:
+        """(address family, peer address) of ``host``'s kept connection; None without one."""
+        with self._lock:
+            sock = self._socks.get(host)
+            if sock is None:
+                return None
+            try:
+                return sock.family, sock.getpeername()
+            except OSError:  # already ended: its end is being reported
+                return None
 
     def keep(self, host: str, conn: socket.socket) -> bool:
         """Watch ``conn``'s connection (through a duplicate: the caller still closes ``conn``)

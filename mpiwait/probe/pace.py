@@ -63,6 +63,13 @@ class Pacer:
             self._accounts[key] = (now, owed)
         return _wait(owed)
 
+    def room(self, key: str) -> bool:
+        """Whether one more connection closed before authentication fits ``key``'s account
+        now (this run's), without waiting."""
+        now = self._clock()
+        with self._lock:
+            return _wait(_run_down(self._accounts.get(key), now)) == 0
+
     @contextlib.contextmanager
     def turn(self, infos: list[tuple[Any, ...]]) -> Iterator[Callable[[], None]]:
         """A connect-only attempt at the first address of ``infos``: wait while its account

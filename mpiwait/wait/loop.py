@@ -14,7 +14,11 @@ reports the end of the connection kept from its login (a LOST outcome), and the 
 again at once; and it is checked again ``recheck_after`` / 2 to ``recheck_after`` after each
 pass, within the same limits, while it still counts as ready. One that fails goes back to
 waiting. Before the wait ends with every host ready, those that hold no kept connection and
-passed longer than ``recheck_after`` ago are checked once more, and must pass.
+passed longer than ``recheck_after`` ago are checked once more, and must pass; then the
+listener of each host that holds one and passed (or had its listener checked) more than
+LISTENER_CHECK_AFTER ago is tried (probe/listeners.py), since an sshd that stops listening
+leaves its sessions, and so the kept connection, alive: one that does not accept is checked
+again in full, like a host whose kept connection ended.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from __future__ import annotations
 import heapq
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -43,6 +47,9 @@ from mpiwait.wait.events import (
 from mpiwait.wait.policy import WaitPolicy
 from mpiwait.wait.runner import StartWindow
 from mpiwait.wait.schedule import HostRetryState, Schedule
+
+# A listener that accepted a login this recently needs no try at the end of the wait.
+LISTENER_CHECK_AFTER = 1.0
 
 LOST = Outcome(Status.LOST, Stage.SSH, "connection-closed", "its kept connection closed")
 
@@ -71,6 +78,7 @@ class _Track:
     hint: str | None = None
     since: float = 0.0  # when its current stretch of not being ready began
     passed_at: float = -math.inf  # when an attempt last passed
+    listened_at: float = -math.inf  # when its listener was last tried at a wait's end
     counted: bool = False  # counted as ready (also while a refreshing attempt is in flight)
     rechecking: bool = False  # no longer counted, and its next outcome is a re-check's
     due_seq: int = 0  # its live entry in the heap (others are left behind by a reschedule)
@@ -94,6 +102,8 @@ class _Loop:
     started: float
     rng: random.Random
     kept: Callable[[str], bool]  # whether a host holds a kept connection
+    # the listeners of these hosts tried: those that did not accept
+    listeners: Callable[[Collection[str]], Collection[str]]
     tracks: dict[str, _Track] = field(default_factory=dict)
     due: list[tuple[float, int, str]] = field(default_factory=list)  # heap of idle hosts
     seq: int = 0
@@ -253,6 +263,28 @@ class _Loop:
                 self._schedule(track.host, now)
         return True
 
+    def may_end(self, now: float) -> bool:
+        """Every host ready: whether the wait ends, once stale hosts and listeners are seen to."""
+        return not self.recheck(now) and not self.listen(now)
+
+    def listen(self, now: float) -> bool:
+        """Every host ready: try the listeners of those held by a kept connection that did not
+        pass nor have it tried lately; send back those that did not accept. False if none."""
+        since = now - LISTENER_CHECK_AFTER
+        due = [
+            t
+            for t in self.tracks.values()
+            if max(t.passed_at, t.listened_at) <= since and self.kept(t.host)
+        ]
+        if not due:
+            return False
+        failed = set(self.listeners([t.host for t in due]))
+        for track in due:
+            track.listened_at = now
+            if track.host in failed:
+                self._lapse(track, now)
+        return bool(failed)
+
 
 def _penalised_after(rejected: Outcome) -> Outcome:
     """A rejected login's outcome, told that sshd now also turns the address away."""
@@ -270,6 +302,7 @@ def wait_for_hosts(
     emit: Callable[[Event], None],
     rng: random.Random | None = None,
     kept: Callable[[str], bool] = lambda host: False,
+    listeners: Callable[[Collection[str]], Collection[str]] = lambda hosts: (),
 ) -> WaitResult:
     """Wait until every listed host is ready, the deadline passes, or a host fails for good.
 
@@ -277,13 +310,14 @@ def wait_for_hosts(
     (hosts, source descriptions); hosts once listed stay waited for, since a worker that
     disappears from discover_hosts.sh is restarting, not leaving the job. ``rng`` is the
     source of the retry jitter (tests pass a seeded one). ``kept(host)``: whether the host holds
-    a kept connection, whose end the runner reports as a LOST outcome.
+    a kept connection, whose end the runner reports as a LOST outcome; ``listeners(hosts)``
+    tries those hosts' listeners and returns the ones that did not accept.
     """
     start = runner.now()
     deadline = start + policy.timeout if policy.timeout > 0 else math.inf
     rng = rng or random.Random()
     schedule = Schedule(policy.retry, policy.budget.rate, rng, deadline=deadline)
-    loop = _Loop(policy, runner, emit, schedule, start, rng, kept)
+    loop = _Loop(policy, runner, emit, schedule, start, rng, kept, listeners)
     loop.add(first, start)
     next_reread = start + policy.reread_interval
     next_status = start + policy.status_interval
@@ -294,7 +328,7 @@ def wait_for_hosts(
             if now >= next_reread:
                 loop.reread(read_hosts, now)
                 next_reread = now + policy.reread_interval
-            if loop.tracks and loop.ready == len(loop.tracks) and not loop.recheck(now):
+            if loop.tracks and loop.ready == len(loop.tracks) and loop.may_end(now):
                 return loop.result(End.READY)
             if now >= deadline:
                 return loop.result(End.TIMEOUT)

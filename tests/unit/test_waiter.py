@@ -121,7 +121,9 @@ def policy(**kw) -> WaitPolicy:
     )
 
 
-def run(hosts, probe, *, read=None, runner=None, seed=1, kept=lambda h: False, **kw):
+def run(
+    hosts, probe, *, read=None, runner=None, seed=1, kept=lambda h: False, listeners=None, **kw
+):
     runner = runner or FakeRunner(probe)
     events = []
     result = wait_for_hosts(
@@ -132,6 +134,7 @@ def run(hosts, probe, *, read=None, runner=None, seed=1, kept=lambda h: False, *
         emit=events.append,
         rng=random.Random(seed),
         kept=kept,
+        listeners=listeners or (lambda hosts: ()),
     )
     return result, events, runner
 
@@ -578,6 +581,79 @@ def test_a_lost_report_for_a_host_already_waited_for_changes_nothing():
     result, events, _ = _kept_run(probe, [(5.0, "a"), (6.0, "a")])
     assert result.end is End.READY
     assert len([e for e in events if isinstance(e, HostLost)]) == 1
+
+
+# --- listeners tried at the end of the wait (an sshd that stops listening, sessions alive) ----
+
+
+class FakeListeners:
+    """The hosts' listeners: ``down[host]`` = (from, until) in which it refuses new connects."""
+
+    def __init__(self, runner: FakeRunner, down: dict[str, tuple[float, float]]) -> None:
+        self.runner = runner
+        self.down = down
+        self.calls: list[tuple[float, tuple[str, ...]]] = []
+
+    def refusing(self, host: str, t: float) -> bool:
+        start, end = self.down.get(host, (math.inf, math.inf))
+        return start <= t < end
+
+    def __call__(self, hosts):
+        t = self.runner.clock
+        self.calls.append((t, tuple(sorted(hosts))))
+        return {h for h in hosts if self.refusing(h, t)}
+
+
+def _listener_run(down, late_at, *, kept=lambda h: True, **kw):
+    runner = FakeRunner(lambda h, t: REFUSED)
+    listeners = FakeListeners(runner, down)
+
+    def probe(h, t):  # a full login needs the listener
+        if listeners.refusing(h, t) or (h == "late" and t < late_at):
+            return REFUSED
+        return READY
+
+    runner.probe = probe
+    kw.setdefault("recheck_after", math.inf)
+    result, events, _ = run(
+        ["a", "b", "late"], None, runner=runner, kept=kept, listeners=listeners, **kw
+    )
+    return result, events, runner, listeners
+
+
+def test_a_listener_that_stopped_while_others_were_late_is_waited_for_until_it_is_back():
+    # "a" passes at once; its listener stops at 18 (its sessions, so its kept connection, live
+    # on) and is back at 26; "late" arrives at 20: no launch before 26
+    result, events, _, listeners = _listener_run({"a": (18.0, 26.0)}, 20.0, timeout=60)
+    assert result.end is End.READY
+    (lost,) = [e for e in events if isinstance(e, HostLost)]
+    assert lost.state.host == "a" and lost.state.reason == "refused"
+    assert 20 <= lost.elapsed < 20.1  # noticed as the last one passed
+    ready = [(e.host, e.elapsed) for e in events if isinstance(e, HostReady)]
+    assert [h for h, _ in ready] == ["a", "b", "late", "a"]
+    assert 26 <= ready[-1][1] <= result.elapsed < 28
+    # tried at the end of each wait, only those not just passed or just tried
+    (t1, first), (t2, second) = listeners.calls
+    assert 20 <= t1 < 20.1 and first == ("a", "b")
+    assert t2 == pytest.approx(result.elapsed) and second == ("b", "late")
+
+
+def test_a_listener_that_never_returns_ends_in_timeout_naming_it():
+    result, events, _, _ = _listener_run({"a": (18.0, math.inf)}, 20.0, timeout=40)
+    assert result.end is End.TIMEOUT
+    (a,) = [h for h in result.hosts if h.host == "a"]
+    assert (a.stage, a.reason) == (Stage.TCP, "refused")
+    assert [e.state.host for e in events if isinstance(e, HostLost)] == ["a"]
+
+
+def test_hosts_that_passed_within_the_last_second_or_hold_no_kept_connection_are_not_tried():
+    # a quick start: everyone passes within 0.5 s; then a wait in which only "a" is kept
+    _, _, _, listeners = _listener_run({}, 0.5)
+    assert listeners.calls == []
+    result, _, _, listeners = _listener_run({"b": (5.0, math.inf)}, 20.0, kept=lambda h: h == "a")
+    assert result.end is End.READY  # "b" is not kept: its listener is --recheck-after's
+    ((t, tried),) = listeners.calls
+    assert 20 <= t < 20.1 and tried == ("a",)
 
 
 def test_an_envelope_set_by_hand_is_plain_full_jitter_backoff_as_before():
