@@ -254,14 +254,7 @@ class SSHConfig:
         alias = scalars.get("hostkeyalias")
         if self.rules.expands_user and self._user is None and "user" in scalars:
             user = self._expand_user(user, opts, address, host, port, alias)
-        tokens = connection_tokens(
-            self._ctx,
-            host=address,
-            original=host,
-            port=port,
-            user=user,
-            host_key_alias=ascii_lower(alias) if alias else host,
-        )
+        tokens = self._tokens(address, host, port, user, alias)
         if self.rules.jump_token:  # before 9.3, %j is an unknown token
             tokens["j"] = opts.proxy_jump or ""
 
@@ -292,12 +285,9 @@ class SSHConfig:
             offered_by_ssh_only=offered,
         )
 
-    def _expand_user(
-        self, user: str, opts: Options, address: str, host: str, port: int, alias: str | None
-    ) -> str:
-        """User from a config file, 10.0 on: ${VAR} and %-tokens but %r and %C expanded; a
-        value that expansion changed must be a plausible user name (valid_ruser)."""
-        tokens = connection_tokens(
+    def _tokens(self, address: str, host: str, port: int, user: str, alias: str | None) -> Tokens:
+        """The %-tokens of one connection (HostKeyAlias, else the host, stands for %k)."""
+        return connection_tokens(
             self._ctx,
             host=address,
             original=host,
@@ -305,6 +295,13 @@ class SSHConfig:
             user=user,
             host_key_alias=ascii_lower(alias) if alias else host,
         )
+
+    def _expand_user(
+        self, user: str, opts: Options, address: str, host: str, port: int, alias: str | None
+    ) -> str:
+        """User from a config file, 10.0 on: ${VAR} and %-tokens but %r and %C expanded; a
+        value that expansion changed must be a plausible user name (valid_ruser)."""
+        tokens = self._tokens(address, host, port, user, alias)
         del tokens["r"], tokens["C"]
         tokens["j"] = opts.proxy_jump or ""
         where = opts.where["user"].where

@@ -28,7 +28,7 @@ import math
 import random
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from mpiwait.errors import Interrupted
 from mpiwait.probe.outcome import PENALTY, Outcome, Stage, Status
@@ -46,7 +46,9 @@ from mpiwait.wait.events import (
 )
 from mpiwait.wait.policy import WaitPolicy
 from mpiwait.wait.runner import StartWindow
-from mpiwait.wait.schedule import HostRetryState, Schedule
+
+if TYPE_CHECKING:  # tenacity is imported at the first failed attempt: a quick start needs none
+    from mpiwait.wait.schedule import HostRetryState, Schedule
 
 # A listener that accepted a login this recently needs no try at the end of the wait.
 LISTENER_CHECK_AFTER = 1.0
@@ -98,13 +100,14 @@ class _Loop:
     policy: WaitPolicy
     runner: Runner
     emit: Callable[[Event], None]
-    schedule: Schedule
+    make_schedule: Callable[[], Schedule]
     started: float
     rng: random.Random
     kept: Callable[[str], bool]  # whether a host holds a kept connection
     # the listeners of these hosts tried: those that did not accept
     listeners: Callable[[Collection[str]], Collection[str]]
     tracks: dict[str, _Track] = field(default_factory=dict)
+    _schedule_made: Schedule | None = None
     due: list[tuple[float, int, str]] = field(default_factory=list)  # heap of idle hosts
     seq: int = 0
     ready: int = 0
@@ -208,9 +211,12 @@ class _Loop:
             track.rejected = None
         if changed:
             self.emit(HostChanged(track.state(), now - self.started))
+        schedule = self._schedule_made
+        if schedule is None:
+            schedule = self._schedule_made = self.make_schedule()
         if track.retry is None:
-            track.retry = self.schedule.state(track.since)
-        wait = self.schedule.next_delay(
+            track.retry = schedule.state(track.since)
+        wait = schedule.next_delay(
             track.retry,
             outcome,
             attempts=track.attempts,
@@ -316,8 +322,13 @@ def wait_for_hosts(
     start = runner.now()
     deadline = start + policy.timeout if policy.timeout > 0 else math.inf
     rng = rng or random.Random()
-    schedule = Schedule(policy.retry, policy.budget.rate, rng, deadline=deadline)
-    loop = _Loop(policy, runner, emit, schedule, start, rng, kept, listeners)
+
+    def make_schedule() -> Schedule:
+        from mpiwait.wait.schedule import Schedule
+
+        return Schedule(policy.retry, policy.budget.rate, rng, deadline=deadline)
+
+    loop = _Loop(policy, runner, emit, make_schedule, start, rng, kept, listeners)
     loop.add(first, start)
     next_reread = start + policy.reread_interval
     next_status = start + policy.status_interval
