@@ -645,9 +645,11 @@ def test_images_run_mpiwait_the_documented_way():
     # Nothing but the self-contained directory and a minimal /etc (root's passwd entry) and /tmp
     # from the builder, on an empty base: no shell, no pip, no compiler, no cache.
     assert stage.base == "scratch"
+    # The bundle first: the classic builder's cache could otherwise hand an arm64 build the
+    # amd64 layer of the same /rootfs/ copy (the Dockerfile says why).
     assert stage.copies == [
-        ["--from=builder", "/rootfs/", "/"],
         ["--from=builder", "/opt/mpiwait", "/opt/mpiwait"],
+        ["--from=builder", "/rootfs/", "/"],
     ]
     # The pattern for an MPI image copies the same directory and runs the same entrypoint.
     mpich = final_stage(K8S / "entrypoint.Dockerfile")
