@@ -55,9 +55,9 @@ DEFAULT_RECHECK_AFTER = 30.0
 REFUSED_ADDRESS_REUSE = 5.0
 
 # sshd's PerSourcePenalties charge for a connection closed before authenticating, and how much
-# of its 15 s allowance mpiwait's probes may hold (a burst of 5, then one a second per host).
+# of its 15 s allowance mpiwait's probes may hold (a burst of 2, then one a second per host).
 NOAUTH_CHARGE = 1.0
-NOAUTH_BUDGET = 5.0
+NOAUTH_BUDGET = 2.0
 
 # How long an accepted connection is watched for sshd's "Not allowed at this time" line.
 DROP_NOTICE_WAIT = 0.25
