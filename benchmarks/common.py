@@ -74,7 +74,7 @@ class Stat:
     n: int
 
     @classmethod
-    def of(cls, values: Iterable[float]) -> Stat | None:
+    def of(cls, values: Iterable[float | None]) -> Stat | None:
         vals = sorted(v for v in values if v is not None and not math.isnan(v))
         if not vals:
             return None
@@ -93,6 +93,12 @@ class Stat:
 
 # --------------------------------------------------------------------------------------------
 # measured runs
+
+
+def stat_dict(values: Iterable[float | None]) -> dict[str, float] | None:
+    """Stat.of(values) as a dict for results.json, or None when there is no value."""
+    s = Stat.of(values)
+    return s.as_dict() if s else None
 
 
 @dataclass

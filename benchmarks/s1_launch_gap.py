@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.common import Measured, RunResult, Stat, launches, testbed
+from benchmarks.common import Measured, RunResult, launches, stat_dict, testbed
 from benchmarks.context import Context
 from benchmarks.peers import OPERATOR_ENV, base, launcher
 
@@ -213,11 +213,11 @@ def run(ctx: Context, *, workers: int, methods: list[str], sequential: bool = Fa
         rows.append(
             {
                 "method": method,
-                "gap_s": _stat([r.gap for r in mine if r.gap is not None]),
-                "failed_launches": _stat([r.failed_launches for r in mine]),
+                "gap_s": stat_dict([r.gap for r in mine if r.gap is not None]),
+                "failed_launches": stat_dict([r.failed_launches for r in mine]),
                 "failed_launches_total": sum(r.failed_launches for r in mine),
                 "never_launched": sum(1 for r in mine if r.gap is None),
-                "mpirun_start_s": _stat(
+                "mpirun_start_s": stat_dict(
                     [r.mpirun_start for r in mine if r.mpirun_start is not None]
                 ),
                 "reps": len(mine),
@@ -232,8 +232,3 @@ def run(ctx: Context, *, workers: int, methods: list[str], sequential: bool = Fa
         "rows": rows,
         "runs": [r.__dict__ for r in runs],
     }
-
-
-def _stat(values: list[float]) -> dict | None:
-    s = Stat.of(values)
-    return s.as_dict() if s else None

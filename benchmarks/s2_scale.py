@@ -13,7 +13,7 @@ the logins each method made.
 
 from __future__ import annotations
 
-from benchmarks.common import LogTail, Stat, run_measured, sshd_logins, testbed
+from benchmarks.common import LogTail, run_measured, sshd_logins, stat_dict, testbed
 from benchmarks.context import Context
 from benchmarks.peers import BEFORE, METHODS, base
 
@@ -112,10 +112,10 @@ def run(ctx: Context, *, sizes: list[int], methods: list[str]) -> dict:
                 {
                     "n": n,
                     "method": method,
-                    "wall_s": _stat(r["wall_s"] for r in ok),
-                    "cpu_ms_per_host": _stat(r["cpu_ms_per_host"] for r in ok),
-                    "peak_rss_mb": _stat(r["peak_rss_mb"] for r in ok),
-                    "logins_per_host": _stat(r["logins"] / n for r in ok),
+                    "wall_s": stat_dict(r["wall_s"] for r in ok),
+                    "cpu_ms_per_host": stat_dict(r["cpu_ms_per_host"] for r in ok),
+                    "peak_rss_mb": stat_dict(r["peak_rss_mb"] for r in ok),
+                    "logins_per_host": stat_dict(r["logins"] / n for r in ok),
                     "failed": len(per[method]) - len(ok),
                     "reps": len(per[method]),
                 }
@@ -129,8 +129,3 @@ def _why_skipped(method: str, n: int) -> str:
     if method in SLOW_PEERS and n <= PEERS_UP_TO:
         return f"one login after another, N/100 x its N=100 time (--slow-peer-max-n {n})"
     return f"peers: N <= {PEERS_UP_TO}"
-
-
-def _stat(values) -> dict | None:
-    s = Stat.of(list(values))
-    return s.as_dict() if s else None

@@ -26,7 +26,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from benchmarks.common import PY, Stat, run_measured, testbed
+from benchmarks.common import PY, Stat, run_measured, stat_dict, testbed
 from benchmarks.context import Context
 
 HOSTS = 4
@@ -109,8 +109,8 @@ def run(ctx: Context) -> dict:
                 "command": label,
                 "wall_s": wall.as_dict() if wall else None,
                 "above_python_s": (wall.median - base.median) if wall and base else None,
-                "cpu_s": _stat(r["cpu_s"] for r in mine),
-                "maxrss_mb": _stat(r["maxrss_mb"] for r in mine),
+                "cpu_s": stat_dict(r["cpu_s"] for r in mine),
+                "maxrss_mb": stat_dict(r["maxrss_mb"] for r in mine),
                 "imports_paramiko": paramiko.get(label),
                 "failed": sum(1 for r in runs if r["command"] == label and r["rc"] != 0),
                 "reps": len([r for r in runs if r["command"] == label]),
@@ -220,8 +220,3 @@ def _in_process_row(label: str, seconds: list[float]) -> dict:
         "reps": len(seconds),
         "in_process": True,
     }
-
-
-def _stat(values) -> dict | None:
-    s = Stat.of(list(values))
-    return s.as_dict() if s else None

@@ -35,13 +35,13 @@ from benchmarks.common import (
     LogTail,
     Measured,
     RunResult,
-    Stat,
     SynCounter,
     connects,
     have_strace,
     hosts_opens,
     launches,
     peak_per_second,
+    stat_dict,
     strace_prefix,
     testbed,
 )
@@ -269,7 +269,7 @@ def run(
             {
                 "method": m,
                 **{
-                    key: _stat(r[key] for r in mine)
+                    key: stat_dict(r[key] for r in mine)
                     for key in (
                         "lookups_per_host",
                         "connects_per_host",
@@ -295,8 +295,3 @@ def run(
         "rows": rows,
         "runs": runs,
     }
-
-
-def _stat(values) -> dict | None:
-    s = Stat.of([v for v in values if v is not None])
-    return s.as_dict() if s else None

@@ -20,7 +20,7 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.common import PY, LogTail, Measured, Stat, sshd_per_address, testbed
+from benchmarks.common import PY, LogTail, Measured, sshd_per_address, stat_dict, testbed
 from benchmarks.context import Context
 
 LATE = 60.0  # seconds until the last worker accepts; --gap-late
@@ -102,7 +102,7 @@ def run(ctx: Context, *, sizes: list[int], methods: list[str]) -> dict:
                     "reps": len(mine),
                     "never_launched": sum(1 for r in mine if r["gap_s"] is None),
                     **{
-                        key: _stat(r[key] for r in mine)
+                        key: stat_dict(r[key] for r in mine)
                         for key in (
                             "gap_s",
                             "cpu_s",
@@ -123,8 +123,3 @@ def run(ctx: Context, *, sizes: list[int], methods: list[str]) -> dict:
         "rows": rows,
         "runs": runs,
     }
-
-
-def _stat(values) -> dict | None:
-    s = Stat.of([v for v in values if v is not None])
-    return s.as_dict() if s else None
