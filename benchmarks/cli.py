@@ -108,6 +108,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=60.0,
         help="seconds until the last worker of gapscale accepts (default 60)",
     )
+    ap.add_argument(
+        "--gap-lab",
+        choices=("cluster", "shared"),
+        default="cluster",
+        help="gapscale's workers: each its own listening socket, their sshds on other CPUs "
+        "than mpiwait, as on a cluster (default); or one sshd socket for all, on the same CPUs",
+    )
     ap.add_argument("--load-hosts", type=int, default=50, help="hosts in load (default 50)")
     ap.add_argument(
         "--down", type=float, default=30.0, help="seconds the hosts of load stay down (default 30)"
@@ -356,7 +363,14 @@ def main(argv: list[str] | None = None) -> int:
         save()
     if "gapscale" in args.scenarios and "mpiwait" in methods:
         s6_gap_scale.LATE = args.gap_late
-        results.append(s6_gap_scale.run(ctx, sizes=args.gap_sizes, methods=ctx.mpiwait_variants()))
+        results.append(
+            s6_gap_scale.run(
+                ctx,
+                sizes=args.gap_sizes,
+                methods=ctx.mpiwait_variants(),
+                like_cluster=args.gap_lab == "cluster",
+            )
+        )
         save()
 
     meta = {

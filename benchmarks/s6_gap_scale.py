@@ -2,8 +2,13 @@
 one's port refusing until ``LATE`` seconds in (an image still pulling), past mpiwait's re-check
 bound (--recheck-after, 30 s), so that whatever freshness costs at the launch is paid.
 
-The workers are addresses of one namespace served by one sshd (testbed.ManyHosts, LogLevel
-VERBOSE); the late one refuses by an iptables rule until the harness swaps it out. mpiwait runs
+The workers are addresses of one namespace (testbed.ManyHosts, LogLevel VERBOSE); the late one
+refuses by an iptables rule until the harness swaps it out. By default (--gap-lab cluster) the
+lab is built like a cluster where it matters to the gap: each worker has a listening socket of
+its own (one sshd per 16 workers), and the sshds run on other CPUs than mpiwait, so what the
+workers do when mpiwait tries their listeners or ends their sessions does not take mpiwait's
+CPU (docs/performance.md has the figures that led here). --gap-lab shared is the earlier lab:
+one sshd socket for all workers, on the same CPUs. mpiwait runs
 in the launcher context with a hostfile of the N names and COMMAND ``rec.sh true``, which notes
 when it starts. Gap = that start - the moment just before the rule swap (an upper bound: the
 port accepts at some point during the swap). Each variant runs alone, interleaved rep by rep.
@@ -72,14 +77,20 @@ def _run_one(ctx: Context, m: testbed.ManyHosts, method: str, rep: int, tail: Lo
     }
 
 
-def run(ctx: Context, *, sizes: list[int], methods: list[str]) -> dict:
+def run(ctx: Context, *, sizes: list[int], methods: list[str], like_cluster: bool = True) -> dict:
     ctx.log(
         f"launch gap against job size: N = {', '.join(map(str, sizes))}, the last worker "
         f"{LATE:g} s late, {ctx.reps} reps, methods {', '.join(methods)}"
     )
     runs: list[dict] = []
     for n in sizes:
-        with testbed.ManyHosts(n, workdir=ctx.workdir / f"gapscale{n}", log_level="VERBOSE") as m:
+        with testbed.ManyHosts(
+            n,
+            workdir=ctx.workdir / f"gapscale{n}",
+            log_level="VERBOSE",
+            own_listeners=like_cluster,
+            split_cpus=like_cluster,
+        ) as m:
             tail = LogTail(Path(m.sshd_log))
             for rep in range(ctx.reps):
                 for method in methods:  # interleaved: drift on a busy machine hits all alike
@@ -119,6 +130,7 @@ def run(ctx: Context, *, sizes: list[int], methods: list[str]) -> dict:
         "scenario": "gap-scale",
         "sizes": sizes,
         "late_s": LATE,
+        "lab": "cluster" if like_cluster else "shared",
         "reps": ctx.reps,
         "rows": rows,
         "runs": runs,
