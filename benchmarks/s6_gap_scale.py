@@ -53,6 +53,7 @@ def _run_one(ctx: Context, m: testbed.ManyHosts, method: str, rep: int, tail: Lo
     res = proc.wait(max(1.0, t0 + RUN_TIMEOUT - time.time()))
     (run_dir / "stderr").write_text(res.stderr[-20000:])
     started = [float(x) for x in starts.read_text().split()]
+    tail.settle()  # the workers' sshds may still be logging the last connections
     connections, logins = sshd_per_address(tail.read())
     ready = m.addrs[: n - 1]
     minutes = (up - t0) / 60
