@@ -365,21 +365,19 @@ def _diffs(case: Case, label: str, ssh_args: list[str], make_config, env, **comp
     ]
 
 
+def _config_reader(cfg: Path, env: dict[str, str], client: Client, **options):
+    """mpiwait's reading of ``cfg`` for sshdiff.compare: a fresh SSHConfig for each host."""
+    return lambda: SSHConfig(
+        config_path=cfg, local_user=LocalUser.current(env), environ=env, client=client, **options
+    )
+
+
 def _dash_f_diffs(case: Case, d: Path, *ssh_options: str, **config_options) -> list[str]:
     """The machine's ``ssh -G -F <the case's user config> SSH_OPTIONS`` against SSHConfig of the
     same file with ``config_options`` (ssh's -p/-l are its port=/user=), HOME in the case."""
     env = {**os.environ, "HOME": str(d / "home")}
     cfg = d / "home" / ".ssh" / "config"
-
-    def config() -> SSHConfig:
-        return SSHConfig(
-            config_path=cfg,
-            local_user=LocalUser.current(env),
-            environ=env,
-            client=HOST_SSH,
-            **config_options,
-        )
-
+    config = _config_reader(cfg, env, HOST_SSH, **config_options)
     label = " ".join(["-F", *ssh_options])
     ssh_args = ["-F", str(cfg), *ssh_options]
     return _diffs(case, label, ssh_args, config, env, version=HOST_SSH.rules.version)
@@ -678,16 +676,7 @@ def _release_diffs(case: Case, d: Path, suite: str, client: Client | None = None
     cfg = d / "home" / ".ssh" / "config"
     if client is None:
         client = sshdiff.ChrootClient.of(release, d)
-
-    def config() -> SSHConfig:
-        return SSHConfig(
-            config_path=cfg,
-            local_user=LocalUser.current(env),
-            environ=env,
-            client=client,
-            remote_command="",
-        )
-
+    config = _config_reader(cfg, env, client, remote_command="")
     label = f"{suite} {version.split(',')[0]}"
     ssh_g = _release_ssh_g(release, d)
     return _diffs(case, label, ["-F", str(cfg)], config, env, ssh_g=ssh_g, version=rules.version)
