@@ -45,6 +45,10 @@ def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def _csv_ints(value: str) -> list[int]:
+    return [int(v) for v in _csv(value)]
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="benchmarks/run",
@@ -75,7 +79,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--sizes",
-        type=lambda s: [int(x) for x in _csv(s)],
+        type=_csv_ints,
         default=None,
         help="host counts for scale (default 10,100,300,1000; --quick: 10,50)",
     )
@@ -98,7 +102,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--gap-sizes",
-        type=lambda s: [int(x) for x in _csv(s)],
+        type=_csv_ints,
         default=None,
         help="workers in gapscale (default 8,64,400,1000; --quick: 8,64)",
     )

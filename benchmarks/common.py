@@ -101,6 +101,11 @@ def stat_dict(values: Iterable[float | None]) -> dict[str, float] | None:
     return s.as_dict() if s else None
 
 
+def stat_dicts(runs: Sequence[dict], keys: Iterable[str]) -> dict[str, dict[str, float] | None]:
+    """Each key's stat_dict over these runs' values of it."""
+    return {key: stat_dict(r[key] for r in runs) for key in keys}
+
+
 @dataclass
 class RunResult:
     argv: list[str]

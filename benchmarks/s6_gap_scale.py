@@ -25,7 +25,7 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.common import PY, LogTail, Measured, sshd_per_address, stat_dict, testbed
+from benchmarks.common import PY, LogTail, Measured, sshd_per_address, stat_dicts, testbed
 from benchmarks.context import Context
 
 LATE = 60.0  # seconds until the last worker accepts; --gap-late
@@ -113,9 +113,9 @@ def run(ctx: Context, *, sizes: list[int], methods: list[str], like_cluster: boo
                     "method": method,
                     "reps": len(mine),
                     "never_launched": sum(1 for r in mine if r["gap_s"] is None),
-                    **{
-                        key: stat_dict(r[key] for r in mine)
-                        for key in (
+                    **stat_dicts(
+                        mine,
+                        (
                             "gap_s",
                             "cpu_s",
                             "waited_s",
@@ -123,8 +123,8 @@ def run(ctx: Context, *, sizes: list[int], methods: list[str], like_cluster: boo
                             "max_logins_per_ready_worker_per_min",
                             "connections_per_ready_worker_per_min",
                             "closed_before_auth",
-                        )
-                    },
+                        ),
+                    ),
                 }
             )
     return {
