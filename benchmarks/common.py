@@ -438,7 +438,7 @@ class LogTail:
         except FileNotFoundError:
             self.offset = 0
 
-    def settle(self, quiet: float = 1.0, most: float = 15.0) -> None:
+    def settle(self, quiet: float = 3.0, most: float = 30.0) -> None:
         """Until the log has not grown for ``quiet`` s (at most ``most`` s): sshd logs a
         connection when it gets round to accepting it, which can be after the client is gone."""
         size, still, deadline = -1, time.monotonic(), time.monotonic() + most
