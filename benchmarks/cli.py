@@ -45,6 +45,10 @@ def _csv(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
+def _csv_ints(value: str) -> list[int]:
+    return [int(v) for v in _csv(value)]
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(
         prog="benchmarks/run",
@@ -75,7 +79,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--sizes",
-        type=lambda s: [int(x) for x in _csv(s)],
+        type=_csv_ints,
         default=None,
         help="host counts for scale (default 10,100,300,1000; --quick: 10,50)",
     )
@@ -98,7 +102,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     ap.add_argument(
         "--gap-sizes",
-        type=lambda s: [int(x) for x in _csv(s)],
+        type=_csv_ints,
         default=None,
         help="workers in gapscale (default 8,64,400,1000; --quick: 8,64)",
     )
@@ -107,6 +111,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=60.0,
         help="seconds until the last worker of gapscale accepts (default 60)",
+    )
+    ap.add_argument(
+        "--gap-lab",
+        choices=("cluster", "shared"),
+        default="cluster",
+        help="gapscale's workers: each its own listening socket, their sshds on other CPUs "
+        "than mpiwait, as on a cluster (default); or one sshd socket for all, on the same CPUs",
     )
     ap.add_argument("--load-hosts", type=int, default=50, help="hosts in load (default 50)")
     ap.add_argument(
@@ -356,7 +367,14 @@ def main(argv: list[str] | None = None) -> int:
         save()
     if "gapscale" in args.scenarios and "mpiwait" in methods:
         s6_gap_scale.LATE = args.gap_late
-        results.append(s6_gap_scale.run(ctx, sizes=args.gap_sizes, methods=ctx.mpiwait_variants()))
+        results.append(
+            s6_gap_scale.run(
+                ctx,
+                sizes=args.gap_sizes,
+                methods=ctx.mpiwait_variants(),
+                like_cluster=args.gap_lab == "cluster",
+            )
+        )
         save()
 
     meta = {

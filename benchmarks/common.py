@@ -101,6 +101,11 @@ def stat_dict(values: Iterable[float | None]) -> dict[str, float] | None:
     return s.as_dict() if s else None
 
 
+def stat_dicts(runs: Sequence[dict], keys: Iterable[str]) -> dict[str, dict[str, float] | None]:
+    """Each key's stat_dict over these runs' values of it."""
+    return {key: stat_dict(r[key] for r in runs) for key in keys}
+
+
 @dataclass
 class RunResult:
     argv: list[str]
@@ -432,6 +437,18 @@ class LogTail:
             self.offset = self.path.stat().st_size
         except FileNotFoundError:
             self.offset = 0
+
+    def settle(self, quiet: float = 1.0, most: float = 15.0) -> None:
+        """Until the log has not grown for ``quiet`` s (at most ``most`` s): sshd logs a
+        connection when it gets round to accepting it, which can be after the client is gone."""
+        size, still, deadline = -1, time.monotonic(), time.monotonic() + most
+        while time.monotonic() < deadline:
+            now_size = self.path.stat().st_size if self.path.exists() else 0
+            if now_size != size:
+                size, still = now_size, time.monotonic()
+            elif time.monotonic() - still >= quiet:
+                return
+            time.sleep(0.1)
 
     def read(self) -> str:
         try:

@@ -269,7 +269,7 @@ def _gap_scale_table(res: dict) -> Table:
         f"({res['reps']} runs each)"
     )
     notes = [
-        "N workers on one sshd (ManyHosts), all ready from the start but the last, whose port "
+        _lab(res.get("lab", "shared")) + ", all ready from the start but the last, whose port "
         "refuses until it is let through past the re-check bound. Gap: COMMAND's start minus "
         "the moment just before the late port was let through. CPU: mpiwait's (and its COMMAND, "
         "true) over the whole run, waiting included. Logins per ready worker per minute of "
@@ -277,6 +277,15 @@ def _gap_scale_table(res: dict) -> Table:
         "penalises (1 s each; a source is refused once it has more than 15 s).",
     ]
     return title, header, rows, notes
+
+
+def _lab(kind: str) -> str:
+    if kind == "cluster":
+        return (
+            "N workers (ManyHosts) built like a cluster where it matters to the gap: a listening "
+            "socket each (one sshd per 16), the sshds on other CPUs than mpiwait"
+        )
+    return "N workers on one sshd socket (ManyHosts), on the CPUs mpiwait runs on"
 
 
 TABLES: dict[str, Callable[[dict], Table]] = {

@@ -41,7 +41,7 @@ from benchmarks.common import (
     hosts_opens,
     launches,
     peak_per_second,
-    stat_dict,
+    stat_dicts,
     strace_prefix,
     testbed,
 )
@@ -268,9 +268,9 @@ def run(
         rows.append(
             {
                 "method": m,
-                **{
-                    key: stat_dict(r[key] for r in mine)
-                    for key in (
+                **stat_dicts(
+                    mine,
+                    (
                         "lookups_per_host",
                         "connects_per_host",
                         "logins_per_host",
@@ -280,8 +280,8 @@ def run(
                         "failed_launches",
                         "launched_after_up_s",
                         "client_cpu_s",
-                    )
-                },
+                    ),
+                ),
                 "never_launched": sum(1 for r in mine if r["launched_after_up_s"] is None),
                 "reps": len(mine),
             }

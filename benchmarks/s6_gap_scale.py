@@ -2,8 +2,13 @@
 one's port refusing until ``LATE`` seconds in (an image still pulling), past mpiwait's re-check
 bound (--recheck-after, 30 s), so that whatever freshness costs at the launch is paid.
 
-The workers are addresses of one namespace served by one sshd (testbed.ManyHosts, LogLevel
-VERBOSE); the late one refuses by an iptables rule until the harness swaps it out. mpiwait runs
+The workers are addresses of one namespace (testbed.ManyHosts, LogLevel VERBOSE); the late one
+refuses by an iptables rule until the harness swaps it out. By default (--gap-lab cluster) the
+lab is built like a cluster where it matters to the gap: each worker has a listening socket of
+its own (one sshd per 16 workers), and the sshds run on other CPUs than mpiwait, so what the
+workers do when mpiwait tries their listeners or ends their sessions does not take mpiwait's
+CPU (docs/performance.md has the figures that led here). --gap-lab shared is the earlier lab:
+one sshd socket for all workers, on the same CPUs. mpiwait runs
 in the launcher context with a hostfile of the N names and COMMAND ``rec.sh true``, which notes
 when it starts. Gap = that start - the moment just before the rule swap (an upper bound: the
 port accepts at some point during the swap). Each variant runs alone, interleaved rep by rep.
@@ -20,7 +25,7 @@ import statistics
 import time
 from pathlib import Path
 
-from benchmarks.common import PY, LogTail, Measured, sshd_per_address, stat_dict, testbed
+from benchmarks.common import PY, LogTail, Measured, sshd_per_address, stat_dicts, testbed
 from benchmarks.context import Context
 
 LATE = 60.0  # seconds until the last worker accepts; --gap-late
@@ -48,6 +53,7 @@ def _run_one(ctx: Context, m: testbed.ManyHosts, method: str, rep: int, tail: Lo
     res = proc.wait(max(1.0, t0 + RUN_TIMEOUT - time.time()))
     (run_dir / "stderr").write_text(res.stderr[-20000:])
     started = [float(x) for x in starts.read_text().split()]
+    tail.settle()  # the workers' sshds may still be logging the last connections
     connections, logins = sshd_per_address(tail.read())
     ready = m.addrs[: n - 1]
     minutes = (up - t0) / 60
@@ -72,14 +78,20 @@ def _run_one(ctx: Context, m: testbed.ManyHosts, method: str, rep: int, tail: Lo
     }
 
 
-def run(ctx: Context, *, sizes: list[int], methods: list[str]) -> dict:
+def run(ctx: Context, *, sizes: list[int], methods: list[str], like_cluster: bool = True) -> dict:
     ctx.log(
         f"launch gap against job size: N = {', '.join(map(str, sizes))}, the last worker "
         f"{LATE:g} s late, {ctx.reps} reps, methods {', '.join(methods)}"
     )
     runs: list[dict] = []
     for n in sizes:
-        with testbed.ManyHosts(n, workdir=ctx.workdir / f"gapscale{n}", log_level="VERBOSE") as m:
+        with testbed.ManyHosts(
+            n,
+            workdir=ctx.workdir / f"gapscale{n}",
+            log_level="VERBOSE",
+            own_listeners=like_cluster,
+            split_cpus=like_cluster,
+        ) as m:
             tail = LogTail(Path(m.sshd_log))
             for rep in range(ctx.reps):
                 for method in methods:  # interleaved: drift on a busy machine hits all alike
@@ -101,9 +113,9 @@ def run(ctx: Context, *, sizes: list[int], methods: list[str]) -> dict:
                     "method": method,
                     "reps": len(mine),
                     "never_launched": sum(1 for r in mine if r["gap_s"] is None),
-                    **{
-                        key: stat_dict(r[key] for r in mine)
-                        for key in (
+                    **stat_dicts(
+                        mine,
+                        (
                             "gap_s",
                             "cpu_s",
                             "waited_s",
@@ -111,14 +123,15 @@ def run(ctx: Context, *, sizes: list[int], methods: list[str]) -> dict:
                             "max_logins_per_ready_worker_per_min",
                             "connections_per_ready_worker_per_min",
                             "closed_before_auth",
-                        )
-                    },
+                        ),
+                    ),
                 }
             )
     return {
         "scenario": "gap-scale",
         "sizes": sizes,
         "late_s": LATE,
+        "lab": "cluster" if like_cluster else "shared",
         "reps": ctx.reps,
         "rows": rows,
         "runs": runs,

@@ -527,41 +527,45 @@ def parse_time(arg: str, *, decimal: bool = False) -> int | None:
     10.3 on (convtime_double): seconds may have a fraction (truncated), given once."""
     if decimal:
         return _parse_time_decimal(arg)
-    pos, total = 0, 0
-    if not arg:
+    parts = _time_parts(_TIME_PART_RE, arg)
+    if parts is None:
         return None
+    total = sum(int(number) * _TIME_UNITS[unit] for number, unit in parts)
+    return total if total <= 2**31 - 1 else None
+
+
+def _time_parts(part_re: re.Pattern[str], arg: str) -> list[tuple[str, str]] | None:
+    """``arg`` cut into (number, lower-case unit) matches of ``part_re``, one after the other
+    from its start to its end; None when it is empty or a part does not match."""
+    parts: list[tuple[str, str]] = []
+    pos = 0
     while pos < len(arg):
-        m = _TIME_PART_RE.match(arg, pos)
+        m = part_re.match(arg, pos)
         if m is None:
             return None
-        total += int(m.group(1)) * _TIME_UNITS[m.group(2).lower()]
+        parts.append((m.group(1), m.group(2).lower()))
         pos = m.end()
-    return total if total <= 2**31 - 1 else None
+    return parts or None
 
 
 _DECIMAL_PART_RE = re.compile(r"([0-9.]+)([smhdwSMHDW]?)")
 
 
 def _parse_time_decimal(arg: str) -> int | None:
-    pos, total, seconds_seen = 0, 0.0, False
-    if not arg:
+    parts = _time_parts(_DECIMAL_PART_RE, arg)
+    if parts is None or not all(_decimal_part_ok(number, unit) for number, unit in parts):
         return None
-    while pos < len(arg):
-        m = _DECIMAL_PART_RE.match(arg, pos)
-        if m is None:
-            return None
-        number, unit = m.group(1), m.group(2).lower()
-        if not re.fullmatch(r"[0-9]*\.?[0-9]*", number) or number == ".":
-            return None
-        if unit in ("", "s"):
-            if seconds_seen:
-                return None
-            seconds_seen = True
-        if "." in number and (unit not in ("", "s") or number.endswith(".")):
-            return None
-        total += float(number) * _TIME_UNITS[unit]
-        pos = m.end()
+    if sum(unit in ("", "s") for _, unit in parts) > 1:  # seconds given twice
+        return None
+    total = sum(float(number) * _TIME_UNITS[unit] for number, unit in parts)
     return int(total) if total <= 2**31 - 1 else None
+
+
+def _decimal_part_ok(number: str, unit: str) -> bool:
+    """At most one point, and one only in seconds and never last (1.5, .5s: yes; 1., 1.5m: no)."""
+    if not re.fullmatch(r"[0-9]*\.?[0-9]*", number) or number == ".":
+        return False
+    return "." not in number or (unit in ("", "s") and not number.endswith("."))
 
 
 def valid_time(arg: str) -> bool:

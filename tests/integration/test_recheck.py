@@ -10,6 +10,7 @@ events, never how long they took.
 
 from __future__ import annotations
 
+import itertools
 import re
 import time
 from collections import Counter
@@ -37,6 +38,58 @@ def _index(r: testbed.Result, pattern: str) -> int:
     return next(k for k, line in enumerate(r.lines) if rx.search(line))
 
 
+ALL_3_READY = r"^mpiwait: all 3 hosts ready in "
+
+
+def _assert_in_order(r: testbed.Result, *patterns: str) -> None:
+    """Each pattern matches a line of the run's log, each one after the line of the one before."""
+    at = [_index(r, p) for p in patterns]
+    assert all(a < b for a, b in itertools.pairwise(at)), (dict(zip(patterns, at, strict=True)), r)
+
+
+def _finish_after(run: testbed.Proc, *events: str) -> testbed.Result:
+    """The run's end: exit 0, with these events (``_line`` patterns) in its log in this order,
+    then its 'all 3 hosts ready'."""
+    r = run.finish(RUN_TIMEOUT)
+    assert r.returncode == 0, r
+    _assert_in_order(r, *map(_line, events), ALL_3_READY)
+    return r
+
+
+def _start_with_w3_late(b: testbed.TestBed, *options: str, command: bool = True) -> testbed.Proc:
+    """The three-worker scene: w3's sshd stopped, then mpiwait started, with COMMAND (unless
+    ``command`` is False) the launch's logins to every host."""
+    w1, w2, w3 = b.names
+    b.stop_sshd(2)
+    argv = ["sh", "-c", EVERY_HOST, "sh", w1, w2, w3] if command else []
+    return testbed.start(
+        b, ["--hosts", f"{w1},{w2},{w3}", "--timeout", "60", *options], command=argv
+    )
+
+
+def _start_with_w2_late(b: testbed.TestBed, log: Path, *options: str) -> testbed.Proc:
+    """The two-worker scene: w2's sshd stopped, then mpiwait started with a termination log and
+    COMMAND the launch's logins, until w2 was refused and w1 passed."""
+    w1, w2 = b.names
+    b.stop_sshd(1)
+    log.touch()
+    args = ["--hosts", f"{w1},{w2}", *options, "--termination-log", str(log)]
+    run = testbed.start(b, args, command=["sh", "-c", EVERY_HOST, "sh", w1, w2])
+    run.wait_for(_line(rf"{w2}: tcp refused"))
+    run.wait_for(_line(rf"1/2 ready \({w1}\)"))
+    return run
+
+
+def _assert_timed_out_naming(r: testbed.Result, host: str, log: Path) -> None:
+    """Exit 124, COMMAND never ran, and the summary after the host was lost names it, as does
+    the termination log."""
+    assert r.returncode == 124, r
+    assert r.stdout == "", r  # COMMAND never ran
+    summary = r.stderr[r.stderr.index(f"{host} no longer ready") :]
+    assert re.search(rf"^mpiwait: .*\b{host}\b", summary.split("\n", 1)[1], re.M), r
+    assert host in log.read_text()
+
+
 @pytest.mark.parametrize("with_command", [True, False], ids=["exec", "init-container"])
 def test_a_worker_whose_sshd_stops_listening_is_waited_for_again_within_the_bound(
     bed, with_command
@@ -44,11 +97,8 @@ def test_a_worker_whose_sshd_stops_listening_is_waited_for_again_within_the_boun
     # Its sessions live on (an sshd restarted outside a container): the connection mpiwait
     # keeps says nothing; the re-check every --recheck-after does.
     b = bed(3)
-    w1, w2, w3 = b.names
-    b.stop_sshd(2)  # w3 is late
-    command = ["sh", "-c", EVERY_HOST, "sh", w1, w2, w3] if with_command else []
-    args = ["--hosts", f"{w1},{w2},{w3}", "--timeout", "60", "--recheck-after", str(BOUND)]
-    run = testbed.start(b, args, command=command)
+    _, w2, w3 = b.names
+    run = _start_with_w3_late(b, "--recheck-after", str(BOUND), command=with_command)
     run.wait_for(_line(rf"{w3}: tcp refused"))
     run.wait_for(_line(r"2/3 ready"))
     b.stop_sshd(1, sessions=False)  # w2's listener stops after it passed
@@ -57,15 +107,9 @@ def test_a_worker_whose_sshd_stops_listening_is_waited_for_again_within_the_boun
     run.wait_for(_line(rf"2/3 ready \({w3}\)"))
     assert run.proc.poll() is None, run  # nothing launched while w2 is down
     b.start_sshd(1)  # w2 is back
-    r = run.finish(RUN_TIMEOUT)
-    assert r.returncode == 0, r
+    r = _finish_after(run, rf"{w2} no longer ready", rf"2/3 ready \({w3}\)", rf"3/3 ready \({w2}\)")
     if with_command:
-        assert sorted(r.stdout.split()) == sorted([w1, w2, w3]), r
-    lost = _index(r, _line(rf"{w2} no longer ready"))
-    last = _index(r, _line(rf"2/3 ready \({w3}\)"))
-    back = _index(r, _line(rf"3/3 ready \({w2}\)"))
-    done = _index(r, r"^mpiwait: all 3 hosts ready in ")
-    assert lost < last < back < done, r
+        assert sorted(r.stdout.split()) == sorted(b.names), r  # ssh got into every host
 
 
 # The same with the default --recheck-after (30 s): no re-check comes before the launch, so the
@@ -89,12 +133,8 @@ def _charges(b: testbed.TestBed) -> tuple[list[str], list[int]]:
 )
 def test_a_listener_that_stops_2s_before_the_last_worker_is_waited_for_until_it_is_back(bed, sshd):
     b = bed(3, sshd=sshd) if sshd else bed(3)
-    w1, w2, w3 = b.names
-    b.stop_sshd(2)  # w3 is late
-    run = testbed.start(
-        b, ["--hosts", f"{w1},{w2},{w3}", "--timeout", "60"],  # default --recheck-after
-        command=["sh", "-c", EVERY_HOST, "sh", w1, w2, w3],
-    )  # fmt: skip
+    _, w2, w3 = b.names
+    run = _start_with_w3_late(b)  # default --recheck-after
     run.wait_for(_line(rf"{w3}: tcp refused"))
     run.wait_for(_line(r"2/3 ready"))
     b.stop_sshd(1, sessions=False)  # w2's listener stops; its sessions (the kept one) live on
@@ -103,14 +143,8 @@ def test_a_listener_that_stops_2s_before_the_last_worker_is_waited_for_until_it_
     run.wait_for(_line(rf"{w2} no longer ready: tcp refused"))
     assert run.proc.poll() is None, run.finish(5)  # nothing launched while w2 refuses
     b.start_sshd(1)
-    r = run.finish(RUN_TIMEOUT)
-    assert r.returncode == 0, r
-    assert sorted(r.stdout.split()) == sorted([w1, w2, w3]), r  # ssh got into every host
-    last = _index(r, _line(rf"3/3 ready \({w3}\)"))
-    lost = _index(r, _line(rf"{w2} no longer ready"))
-    back = _index(r, _line(rf"3/3 ready \({w2}\)"))
-    done = _index(r, r"^mpiwait: all 3 hosts ready in ")
-    assert last < lost < back < done, r
+    r = _finish_after(run, rf"3/3 ready \({w3}\)", rf"{w2} no longer ready", rf"3/3 ready \({w2}\)")
+    assert sorted(r.stdout.split()) == sorted(b.names), r  # ssh got into every host
     assert "re-checking" not in r.stderr, r
     if sshd:
         # each accepted try of a listener is charged 1 s by sshd 10.0p2, far from a penalty
@@ -122,24 +156,14 @@ def test_a_listener_that_stops_2s_before_the_last_worker_is_waited_for_until_it_
 
 def test_a_listener_that_never_returns_ends_in_timeout_naming_it(bed, tmp_path):
     b = bed(2)
-    w1, w2 = b.names
-    b.stop_sshd(1)  # w2 is late
+    w1, _ = b.names
     log = tmp_path / "termination-log"
-    log.touch()
-    args = ["--hosts", f"{w1},{w2}", "--timeout", "15", "--termination-log", str(log)]
-    run = testbed.start(b, args, command=["sh", "-c", EVERY_HOST, "sh", w1, w2])
-    run.wait_for(_line(rf"{w2}: tcp refused"))
-    run.wait_for(_line(rf"1/2 ready \({w1}\)"))
+    run = _start_with_w2_late(b, log, "--timeout", "15")
     b.stop_sshd(0, sessions=False)  # w1's listener stops for good, its sessions live on
     time.sleep(LISTENER_LEAD)
     b.start_sshd(1)
     run.wait_for(_line(rf"{w1} no longer ready: tcp refused"))
-    r = run.finish(RUN_TIMEOUT)
-    assert r.returncode == 124, r
-    assert r.stdout == "", r  # COMMAND never ran
-    summary = r.stderr[r.stderr.index(f"{w1} no longer ready") :]
-    assert re.search(rf"^mpiwait: .*\b{w1}\b", summary.split("\n", 1)[1], re.M), r
-    assert w1 in log.read_text()
+    _assert_timed_out_naming(run.finish(RUN_TIMEOUT), w1, log)
 
 
 # Issue 22's scene, on a shorter clock: w1 and w2 pass at once, w1's sshd (and its sessions: a
@@ -160,12 +184,8 @@ SCENES = {"early": (1.5, 10.0, 13.0), "2s-before-the-last": (8.0, 10.0, 13.0)}
 def test_a_worker_that_stops_before_the_last_one_arrives_is_waited_for(bed, scene, sshd):
     stop_at, last_at, back_at = SCENES[scene]
     b = bed(3, sshd=sshd) if sshd else bed(3)
-    w1, w2, w3 = b.names
-    b.stop_sshd(2)  # w3 is late
-    run = testbed.start(
-        b, ["--hosts", f"{w1},{w2},{w3}", "--timeout", "60"],  # default --recheck-after
-        command=["sh", "-c", EVERY_HOST, "sh", w1, w2, w3],
-    )  # fmt: skip
+    w1, _, w3 = b.names
+    run = _start_with_w3_late(b)  # default --recheck-after
     began = run.started
     run.wait_for(_line(r"2/3 ready"))
 
@@ -181,14 +201,10 @@ def test_a_worker_that_stops_before_the_last_one_arrives_is_waited_for(bed, scen
     assert run.proc.poll() is None, run.finish(5)  # nothing launched while w1 is down
     at(back_at)
     b.start_sshd(0)
-    r = run.finish(RUN_TIMEOUT)
-    assert r.returncode == 0, r
-    assert sorted(r.stdout.split()) == sorted([w1, w2, w3]), r  # ssh got into every host
-    lost = _index(r, _line(rf"{w1} no longer ready"))
-    last = _index(r, _line(rf"\d/3 ready \({w3}\)"))
-    back = _index(r, _line(rf"3/3 ready \({w1}\)"))
-    done = _index(r, r"^mpiwait: all 3 hosts ready in ")
-    assert lost < last < back < done, r
+    r = _finish_after(
+        run, rf"{w1} no longer ready", rf"\d/3 ready \({w3}\)", rf"3/3 ready \({w1}\)"
+    )
+    assert sorted(r.stdout.split()) == sorted(b.names), r  # ssh got into every host
     if sshd:
         # no penalty; the charges are the tries of the listeners of w2 and w3, which passed
         # more than 1 s before the end, 1 s each (and a re-check cut at the exec would be one:
@@ -201,33 +217,22 @@ def test_a_worker_that_stops_before_the_last_one_arrives_is_waited_for(bed, scen
 def test_a_worker_that_dies_for_good_after_passing_ends_in_timeout_naming_it(bed, tmp_path):
     b = bed(2)
     w1, w2 = b.names
-    b.stop_sshd(1)  # w2 is late
     log = tmp_path / "termination-log"
-    log.touch()
-    args = ["--hosts", f"{w1},{w2}", "--timeout", "20", "--recheck-after", str(BOUND),
-            "--termination-log", str(log)]  # fmt: skip
-    run = testbed.start(b, args, command=["sh", "-c", EVERY_HOST, "sh", w1, w2])
-    run.wait_for(_line(rf"{w2}: tcp refused"))
-    run.wait_for(_line(rf"1/2 ready \({w1}\)"))
+    run = _start_with_w2_late(b, log, "--timeout", "20", "--recheck-after", str(BOUND))
     seen = time.monotonic()
     b.stop_sshd(0, sessions=True)  # w1 dies for good
     time.sleep(max(0.0, seen + 2 * BOUND - time.monotonic()))
     b.start_sshd(1)
     run.wait_for(_line(rf"{w1} no longer ready: tcp refused"))
     r = run.finish(RUN_TIMEOUT)
-    assert r.returncode == 124, r
-    assert r.stdout == "", run  # COMMAND never ran
-    summary = r.stderr[r.stderr.index(f"{w1} no longer ready") :]
-    assert re.search(rf"^mpiwait: .*\b{w1}\b", summary.split("\n", 1)[1], re.M), r
-    assert w1 in log.read_text()
+    _assert_timed_out_naming(r, w1, log)
     assert w2 not in re.sub(r"\d+/\d+", "", log.read_text()), log.read_text()
 
 
 def test_a_quick_start_is_not_rechecked_and_logs_in_once_per_host(bed):
     b = bed(3)
-    w1, w2, w3 = b.names
-    b.stop_sshd(2)
-    run = testbed.start(b, ["--hosts", f"{w1},{w2},{w3}", "--timeout", "60"])  # default bound
+    w3 = b.names[2]
+    run = _start_with_w3_late(b, command=False)  # default bound
     run.wait_for(_line(rf"{w3}: tcp refused"))
     b.start_sshd(2)
     r = run.finish(RUN_TIMEOUT)

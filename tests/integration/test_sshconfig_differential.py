@@ -355,23 +355,32 @@ def _lay_out(case: Case, d: Path) -> None:
         put(rel, text, mode)
 
 
-def _dash_f_diffs(case: Case, d: Path) -> list[str]:
-    home = d / "home"
-    env = {**os.environ, "HOME": str(home)}
-    cfg = home / ".ssh" / "config"
-    diffs = []
-    for host in case.hosts:
-        for diff in sshdiff.compare(
-            host,
-            ["-F", str(cfg)],
-            lambda: SSHConfig(
-                config_path=cfg, local_user=LocalUser.current(env), environ=env, client=HOST_SSH
-            ),
-            env,
-            version=HOST_SSH.rules.version,
-        ):
-            diffs.append(f"{case.name} (-F): {diff}")
-    return diffs
+def _diffs(case: Case, label: str, ssh_args: list[str], make_config, env, **compare) -> list[str]:
+    """Where ``ssh -G SSH_ARGS`` and mpiwait (``make_config()``) disagree, for each host of the
+    case, each difference labelled with the case's name and ``label``."""
+    return [
+        f"{case.name} ({label}): {diff}"
+        for host in case.hosts
+        for diff in sshdiff.compare(host, ssh_args, make_config, env, **compare)
+    ]
+
+
+def _config_reader(cfg: Path, env: dict[str, str], client: Client, **options):
+    """mpiwait's reading of ``cfg`` for sshdiff.compare: a fresh SSHConfig for each host."""
+    return lambda: SSHConfig(
+        config_path=cfg, local_user=LocalUser.current(env), environ=env, client=client, **options
+    )
+
+
+def _dash_f_diffs(case: Case, d: Path, *ssh_options: str, **config_options) -> list[str]:
+    """The machine's ``ssh -G -F <the case's user config> SSH_OPTIONS`` against SSHConfig of the
+    same file with ``config_options`` (ssh's -p/-l are its port=/user=), HOME in the case."""
+    env = {**os.environ, "HOME": str(d / "home")}
+    cfg = d / "home" / ".ssh" / "config"
+    config = _config_reader(cfg, env, HOST_SSH, **config_options)
+    label = " ".join(["-F", *ssh_options])
+    ssh_args = ["-F", str(cfg), *ssh_options]
+    return _diffs(case, label, ssh_args, config, env, version=HOST_SSH.rules.version)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c.dash_f], ids=lambda c: c.name)
@@ -542,28 +551,8 @@ def test_port_and_user_options_agree_with_ssh(case: Case, tmp_path: Path) -> Non
     # mpiwait's --port/--user are ssh's -p/-l: set before the config is read, so Match user,
     # %p and %r see them and the config's Port and User do not apply.
     _lay_out(case, tmp_path)
-    home = tmp_path / "home"
-    env = {**os.environ, "HOME": str(home)}
-    cfg = home / ".ssh" / "config"
-    diffs = [
-        diff
-        for host in case.hosts
-        for diff in sshdiff.compare(
-            host,
-            ["-F", str(cfg), "-p", "2200", "-l", "late"],
-            lambda: SSHConfig(
-                config_path=cfg,
-                port=2200,
-                user="late",
-                local_user=LocalUser.current(env),
-                environ=env,
-                client=HOST_SSH,
-            ),
-            env,
-            version=HOST_SSH.rules.version,
-        )
-    ]
-    assert diffs == []
+    ssh_options = ("-p", "2200", "-l", "late")
+    assert _dash_f_diffs(case, tmp_path, *ssh_options, port=2200, user="late") == []
 
 
 # --- every supported release: Debian's builds in debootstrap roots, their ssh -G as oracle ------
@@ -680,30 +669,17 @@ def _release_ssh_g(release: releases.Release, work: Path):
 
 def _release_diffs(case: Case, d: Path, suite: str, client: Client | None = None) -> list[str]:
     release = _release(suite)
-    rules = parse_banner(release.version)
-    assert rules is not None, release.version
+    version = release.version  # ssh -V under chroot: asked once
+    rules = parse_banner(version)
+    assert rules is not None, version
     env = _chroot_env(d)
     cfg = d / "home" / ".ssh" / "config"
     if client is None:
         client = sshdiff.ChrootClient.of(release, d)
-    diffs = []
-    for host in case.hosts:
-        for diff in sshdiff.compare(
-            host,
-            ["-F", str(cfg)],
-            lambda: SSHConfig(
-                config_path=cfg,
-                local_user=LocalUser.current(env),
-                environ=env,
-                client=client,
-                remote_command="",
-            ),
-            env,
-            ssh_g=_release_ssh_g(release, d),
-            version=rules.version,
-        ):
-            diffs.append(f"{case.name} ({suite} {release.version.split(',')[0]}): {diff}")
-    return diffs
+    config = _config_reader(cfg, env, client, remote_command="")
+    label = f"{suite} {version.split(',')[0]}"
+    ssh_g = _release_ssh_g(release, d)
+    return _diffs(case, label, ["-F", str(cfg)], config, env, ssh_g=ssh_g, version=rules.version)
 
 
 @pytest.mark.parametrize("suite", SUITES)

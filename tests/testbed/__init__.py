@@ -14,6 +14,8 @@ Labs (each a context manager; ``down()``/``close()`` leaves nothing behind):
     ManyHosts(n, workdir=...) hundreds of hosts as addresses of ONE namespace, one sshd; each
                               host "up", "refuse", "drop" or "stall" via set_states();
                               log_level="VERBOSE" makes sshd_log tell each connection's address.
+                              own_listeners=True: a listening socket per host (16 per sshd);
+                              split_cpus=True: sshds and launcher on separate CPUs (benchmarks).
     LoopBed(n, workdir)       thousands of hosts as 127.1.x.y of one namespace (benchmarks).
     Lab(root)                 sshd on 127.0.0.x:port in this namespace (lab.sshd() gives an Sshd;
                               lab.silent(), lab.banner_then_silence(), lab.key(); keygen,

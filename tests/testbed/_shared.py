@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import os
 import re
+import socket
+import struct
 import subprocess
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,7 @@ from . import _sys
 from ._faults import ns_iptables
 from ._launcher import LauncherContext
 from ._names import mount_ns_cmd, write_hosts_file, write_nsswitch
-from ._namespaces import NamespaceLab, Netns, add_namespaces
+from ._namespaces import SSHD, NamespaceLab, Netns, add_namespaces
 from ._proc import register_key
 from ._registry import MANY_PREFIX, cleanup_stale_locked, teardown_until_gone
 from ._sshd import client_config, make_key, sshd_config, start_sshd, wait_listening
@@ -31,10 +34,16 @@ from ._sshd import client_config, make_key, sshd_config, start_sshd, wait_listen
 SUBNET = "10.124"
 FIRST_OFFSET = 10
 STATES = ("up", "refuse", "drop", "stall")
+LISTEN_SOCKS = 16
 
 
 class ManyHosts(LauncherContext, NamespaceLab):
     """``n`` hosts (node-001 ...) as addresses of one namespace; one sshd serves them all.
+
+    ``own_listeners``: each host its own listening socket (accept queue), as each worker of a
+    cluster has, served by one sshd per 16 hosts. ``split_cpus``: the sshds on one half of the
+    CPUs, launcher_cmd's processes on the other, as a cluster's workers take no CPU from its
+    launcher (what 400 sessions starting or ending cost falls on the workers' half).
 
     Per host: ``up`` (sshd answers), ``refuse`` (RST: connection refused), ``drop`` (SYNs
     dropped: connect times out), ``stall`` (TCP connects, then no packet gets through: no
@@ -54,6 +63,8 @@ class ManyHosts(LauncherContext, NamespaceLab):
         published: Iterable[int] | None = None,
         max_startups: str = "2000:30:4000",
         log_level: str = "ERROR",
+        own_listeners: bool = False,
+        split_cpus: bool = False,
     ) -> None:
         if not 1 <= n <= 1000:
             raise ValueError("1..1000 hosts")
@@ -62,6 +73,11 @@ class ManyHosts(LauncherContext, NamespaceLab):
         self._start_sshd = sshd
         self._max_startups = max_startups
         self._log_level = log_level  # VERBOSE: "Connection from A port P on DEST" per connection
+        # A listening socket (accept queue) per host, as each worker of a cluster has its own.
+        self._own_listeners = own_listeners
+        # The launcher (launcher_cmd) on the first half of the CPUs, the sshds on the rest, as
+        # on a cluster, where what the workers' sshds do takes no CPU from the launcher.
+        self._cpus = _split_cpus() if split_cpus else None
         self._published = [True] * n if published is None else [False] * n
         for i in published or ():
             self._published[i] = True
@@ -70,7 +86,7 @@ class ManyHosts(LauncherContext, NamespaceLab):
         self.block = -1
         self.ns = self.veth = self.launcher_addr = ""
         self.client_dir = self.workdir  # key, ssh_config, hosts file: see LauncherContext
-        self._sshd: subprocess.Popen[Any] | None = None
+        self._sshds: list[subprocess.Popen[Any]] = []
         self._launched: list[subprocess.Popen[Any]] = []
         self._down_done = False
         self.names = [f"node-{k + 1:03d}" for k in range(n)]
@@ -127,17 +143,18 @@ class ManyHosts(LauncherContext, NamespaceLab):
         self.ssh_config.write_text(
             client_config(header=header, port=22, user="root", key=self.key_path)
         )
-        (self.workdir / "sshd_config").write_text(
-            sshd_config(
-                header=header,
-                listen="0.0.0.0",
-                port=22,
-                host_key=host_key,
-                authorized_keys=self.authorized_keys,
-                max_startups=self._max_startups,
-                log_level=self._log_level,
+        for k, listen in enumerate(self._listen_groups()):
+            (self.workdir / f"sshd_config.{k}").write_text(
+                sshd_config(
+                    header=header,
+                    listen=listen,
+                    port=22,
+                    host_key=host_key,
+                    authorized_keys=self.authorized_keys,
+                    max_startups=self._max_startups,
+                    log_level=self._log_level,
+                )
             )
-        )
         write_nsswitch(self.nsswitch_file)
         self._write_hosts_file()
 
@@ -156,15 +173,43 @@ class ManyHosts(LauncherContext, NamespaceLab):
             self._published[i] = True
         self._write_hosts_file()
 
+    def _listen_groups(self) -> list[list[str]]:
+        """The ListenAddress lists, one per sshd: every address of one wildcard socket, or
+        each host its own socket, at most LISTEN_SOCKS per sshd (OpenSSH's MAX_LISTEN_SOCKS)."""
+        if not self._own_listeners:
+            return [["0.0.0.0"]]
+        return [self.addrs[k : k + LISTEN_SOCKS] for k in range(0, self.n, LISTEN_SOCKS)]
+
     def start_sshd(self) -> None:
-        log = self.workdir / "sshd.log"
+        """The set's sshd (or, with own_listeners, one per LISTEN_SOCKS hosts), all logging to
+        one file (sshd opens its -E file to append)."""
         prelude = mount_ns_cmd(
             [(self.hosts_file, "/etc/hosts"), (self.nsswitch_file, "/etc/nsswitch.conf")],
             "manyhosts-sshd",
             netns=self.ns,
         )
-        self._sshd = start_sshd(prelude, self.workdir / "sshd_config", log, self.env(None))
-        wait_listening(self._sshd, 22, log)
+        configs = [self.workdir / f"sshd_config.{k}" for k in range(len(self._listen_groups()))]
+        sshd = (*self._pin(1), SSHD)
+        self._sshds = [start_sshd(prelude, c, self.sshd_log, self.env(None), sshd) for c in configs]
+        for p in self._sshds:
+            wait_listening(p, 22, self.sshd_log)
+        if self._own_listeners:  # any socket on port 22 answers wait_listening: wait for all
+            deadline = time.monotonic() + 10
+            while missing := set(self.addrs) - _listening_on(self._sshds[0].pid, 22):
+                if time.monotonic() > deadline:
+                    raise _sys.BedError(f"sshd not listening on {sorted(missing)[:3]}...")
+                time.sleep(0.01)
+
+    def _pin(self, side: int) -> tuple[str, ...]:
+        """The taskset prefix for the launcher (0) or the workers' sshds (1); () unsplit."""
+        return () if self._cpus is None else ("taskset", "-c", self._cpus[side])
+
+    def launcher_cmd(self, argv: Sequence[str | os.PathLike[str]], **kw: Any) -> list[str]:
+        return [*self._pin(0), *super().launcher_cmd(argv, **kw)]
+
+    @property
+    def sshd_pids(self) -> list[int]:
+        return [p.pid for p in self._sshds]
 
     @property
     def sshd_log(self) -> Path:
@@ -195,8 +240,29 @@ class ManyHosts(LauncherContext, NamespaceLab):
     def down(self) -> None:
         if self._down_done:
             return
-        for p in [*self._launched, *([self._sshd] if self._sshd else [])]:
+        for p in [*self._launched, *self._sshds]:
             _sys.kill_group(p, grace=1.0)
         if self.set_id:
             teardown_until_gone(self.set_id, ns_names=[self.ns], links=[self.veth])
         self._down_done = True
+
+
+def _split_cpus() -> tuple[str, str]:
+    """taskset's CPU lists for the launcher and the workers: this process's CPUs in two halves."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise _sys.BedError("split_cpus needs 2 CPUs or more")
+    half = len(cpus) // 2
+    return ",".join(map(str, cpus[:half])), ",".join(map(str, cpus[half:]))
+
+
+def _listening_on(pid: int, port: int) -> set[str]:
+    """The IPv4 addresses with a socket listening on ``port`` in ``pid``'s namespace."""
+    with open(f"/proc/{pid}/net/tcp") as f:
+        rows = [line.split() for line in f.read().splitlines()[1:]]
+    found = set()
+    for row in rows:
+        addr, _, hexport = row[1].partition(":")
+        if row[3] == "0A" and int(hexport, 16) == port:
+            found.add(socket.inet_ntoa(struct.pack("<I", int(addr, 16))))
+    return found

@@ -108,7 +108,7 @@ def client_config(*, header: str, port: int, user: str, key: Path) -> str:
 def sshd_config(
     *,
     header: str,
-    listen: str,
+    listen: str | Sequence[str],
     port: int,
     host_key: Path,
     authorized_keys: Path,
@@ -130,11 +130,12 @@ def sshd_config(
         extra += f"MaxStartups {max_startups}\n"
     else:
         log_level = "VERBOSE"
+    addresses = [listen] if isinstance(listen, str) else listen
     return (
         f"# {header}\n"
         f"Port {port}\n"
-        f"ListenAddress {listen}\n"
-        f"HostKey {host_key}\n"
+        + "".join(f"ListenAddress {a}\n" for a in addresses)
+        + f"HostKey {host_key}\n"
         "PidFile none\n" + SSHD_KEY_LOGIN_ONLY + f"AuthorizedKeysFile {authorized_keys}\n"
         "MaxSessions 100\n"
         "UseDNS no\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 import io
 import json
 from pathlib import Path
+from typing import get_args
 
 import pytest
 import testbed
@@ -15,30 +16,23 @@ from mpiwait.output.jsonl import JSON_SCHEMA_VERSION
 from mpiwait.output.report import Reporter
 from mpiwait.probe.outcome import Stage
 from mpiwait.settings import LogFormat
-from mpiwait.wait.events import (
-    End,
-    HostChanged,
-    HostLost,
-    HostReady,
-    HostsAdded,
-    HostState,
-    Rechecking,
-    StillWaiting,
-    WaitResult,
-    WaitStarted,
-)
+from mpiwait.wait import events as ev
 
 SCHEMA = json.loads((Path(__file__).resolve().parents[2] / "docs/events.schema.json").read_text())
-REFUSED = HostState("w1", Stage.TCP, "refused", "10.0.0.2 port 22: refused", 3)
+REFUSED = ev.HostState("w1", Stage.TCP, "refused", "10.0.0.2 port 22: refused", 3)
 EVERY_EVENT = [
-    WaitStarted(("w1", "w2"), ("--hosts (2 hosts)",), ("l",), "ssh", 600.0, ("a note",), "MPICH"),
-    HostsAdded(("w3",), 3, ("/etc/mpi/discover_hosts.sh (3 hosts)",)),
-    HostChanged(REFUSED, 1.25),
-    HostReady("w2", 1, 3, 2.5),
-    StillWaiting((HostState("w2", Stage.READY), REFUSED, HostState("w3", Stage.DNS, "x")), 10),
-    Rechecking(("w2",), 30.0, 41.0),
-    HostLost(REFUSED, 42.0),
-    WaitResult(End.PERMANENT, (REFUSED,), 50.0, failed=REFUSED, hint="fix the key"),
+    ev.WaitStarted(
+        ("w1", "w2"), ("--hosts (2 hosts)",), ("l",), "ssh", 600.0, ("a note",), "MPICH"
+    ),
+    ev.HostsAdded(("w3",), 3, ("/etc/mpi/discover_hosts.sh (3 hosts)",)),
+    ev.HostChanged(REFUSED, 1.25),
+    ev.HostReady("w2", 1, 3, 2.5),
+    ev.StillWaiting(
+        (ev.HostState("w2", Stage.READY), REFUSED, ev.HostState("w3", Stage.DNS, "x")), 10
+    ),
+    ev.Rechecking(("w2",), 30.0, 41.0),
+    ev.HostLost(REFUSED, 42.0),
+    ev.WaitResult(ev.End.PERMANENT, (REFUSED,), 50.0, failed=REFUSED, hint="fix the key"),
 ]
 
 
@@ -52,6 +46,9 @@ def emitted() -> list[dict]:
 
 
 def test_every_record_fits_the_schema_and_carries_its_version() -> None:
+    assert sorted(type(e).__name__ for e in EVERY_EVENT) == sorted(
+        t.__name__ for t in get_args(ev.Event)
+    )  # one of each event the waiter emits
     records = emitted()
     for record in records:
         assert testbed.json_log_problems(record) == [], record

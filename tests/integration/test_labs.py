@@ -1,0 +1,44 @@
+"""The benchmark lab that stands in for a cluster (scenario 6): what it promises, checked.
+
+benchmarks/s6_gap_scale.py measures the launch gap at 400-1000 workers in testbed.ManyHosts
+built like a cluster: each worker its own listening socket, the workers' sshds on other CPUs
+than the launcher. Its figures mean something only if the lab is built that way.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import testbed
+
+N = 20  # two sshds: 16 listeners and 4
+
+
+@pytest.mark.root
+@testbed.needs("netns")
+def test_a_cluster_like_lab_gives_each_worker_a_listener_and_cpus_of_their_own(tmp_path: Path):
+    with testbed.ManyHosts(N, workdir=tmp_path / "many", own_listeners=True, split_cpus=True) as m:
+        ss = ["ip", "netns", "exec", m.ns, "ss", "-Hltn", "sport = :22"]
+        listening = subprocess.run(ss, capture_output=True, text=True, check=True).stdout
+        listening = listening.splitlines()
+        sshd_cpus = [os.sched_getaffinity(pid) for pid in m.sshd_pids]
+        r = testbed.run(
+            m,
+            ["-F", str(m.ssh_config), "--hosts", ",".join(m.names), "--timeout", "60"],
+            command=["python3", "-c", "import os; print(sorted(os.sched_getaffinity(0)))"],
+        )
+    # one socket per worker address (not one on 0.0.0.0), served by two sshds
+    assert sorted(ln.split()[3] for ln in listening) == sorted(f"{a}:22" for a in m.addrs)
+    assert len(sshd_cpus) == 2
+    # every worker reached through its own socket, and COMMAND ran on the launcher's CPUs,
+    # which the sshds do not share
+    assert r.returncode == 0 and f"all {N} hosts ready" in r.stderr, r
+    launcher_cpus = set(ast.literal_eval(r.stdout))
+    assert launcher_cpus and all(launcher_cpus.isdisjoint(c) and c for c in sshd_cpus), (
+        launcher_cpus,
+        sshd_cpus,
+    )
