@@ -24,6 +24,7 @@ from typing import TextIO
 
 from mpiwait.hosts.sources import Host, HostSources, Snapshot
 from mpiwait.modes import readycache
+from mpiwait.modes.cachedir import cache_dir
 from mpiwait.openssh.localuser import LocalUser
 from mpiwait.output.report import Reporter
 from mpiwait.probe.lookup import LookupPool, LookupTimeout, ResolverBusy, lookup_pool
@@ -49,7 +50,7 @@ def list_ready(run: Run, environ: Mapping[str, str], out: TextIO | None = None) 
 
     lookups = lookup_pool(run.wait.budget.parallel)
     cache = readycache.ReadyCache.at(
-        readycache.cache_dir(environ),
+        cache_dir(environ),
         _settings_key(run.probe, LocalUser.current(environ).home),
         LIST_READY_RECHECK,
     )
@@ -57,7 +58,7 @@ def list_ready(run: Run, environ: Mapping[str, str], out: TextIO | None = None) 
     to_probe = [h.name for h in listed if h.name not in keep]
     outcomes: dict[str, tuple[Outcome, readycache.Entry | None]] = {}
     if to_probe:
-        outcomes = _probe(run, lookups, to_probe, readycache.cache_dir(environ))
+        outcomes = _probe(run, lookups, to_probe, cache_dir(environ))
 
     ready = _ready(listed, keep, outcomes, reporter)  # adds this call's passes to keep
     cache.save(keep)

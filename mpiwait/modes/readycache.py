@@ -4,9 +4,8 @@ horovodrun runs its discovery script every second; logging into every host on ev
 cost ~10 ms of sshd work per host per second. A host that passed recently, and whose name still
 resolves to the addresses it had then, is listed again without a new login (list_ready.py). The
 memory is one small JSON file in a directory only this uid can
-write: ``$XDG_RUNTIME_DIR``, else ``/dev/shm`` (a tmpfs in every container, writable even with a
-read-only root filesystem), else the temporary directory. Where none is usable, nothing is
-remembered and every call checks every host: slower, never wrong.
+write (modes/cachedir.py). Where none is usable, nothing is remembered and every call checks
+every host: slower, never wrong.
 
 A stale or unreadable file is never an error: it is the same as an empty one.
 """
@@ -31,41 +30,6 @@ _DUE_EVERY = 5.0
 # Files of other settings (an old key, another job of this uid) not written for this long are
 # abandoned: Horovod rewrites a live one every second. /dev/shm is memory until the pod ends.
 _ABANDONED_AFTER = 600.0
-
-
-def _private_dir(base: str) -> str | None:
-    """``base/mpiwait-<uid>``, made 0700 if missing, or None when it is not safely ours.
-
-    /dev/shm and /tmp are shared by every uid: a directory someone else made (or a symlink
-    they planted) could feed us "ready" for hosts that are not, so it must be ours and closed.
-    """
-    if not base or not os.path.isabs(base):
-        return None
-    path = os.path.join(base, f"mpiwait-{os.getuid()}")
-    with contextlib.suppress(FileExistsError, OSError):
-        os.mkdir(path, 0o700)
-    try:
-        info = os.lstat(path)
-    except OSError:
-        return None
-    if (
-        not stat.S_ISDIR(info.st_mode)
-        or info.st_uid != os.getuid()
-        or info.st_mode & 0o077
-        or not os.access(path, os.W_OK | os.X_OK)
-    ):
-        return None
-    return path
-
-
-def cache_dir(environ: Mapping[str, str]) -> str | None:
-    """The first usable place for the file, or None (then nothing is remembered)."""
-    temporary = environ.get("TMPDIR") or "/tmp"
-    for base in (environ.get("XDG_RUNTIME_DIR", ""), "/dev/shm", temporary):
-        found = _private_dir(base)
-        if found is not None:
-            return found
-    return None
 
 
 def fingerprint(values: Sequence[object]) -> str:

@@ -54,7 +54,7 @@ def wait_and_exec(run: Run, environ: Mapping[str, str]) -> int:
         reporter.info(f"{node_reason(run, sources)}; nothing to wait for")
         exec_command(run.command)
 
-    from mpiwait.modes.readycache import cache_dir
+    from mpiwait.modes.cachedir import cache_dir
     from mpiwait.probe.attempt import prober_for
     from mpiwait.probe.lookup import lookup_pool
     from mpiwait.probe.pace import Pacer

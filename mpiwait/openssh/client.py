@@ -16,6 +16,7 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 # The newest release whose rules mpiwait knows (Debian sid's, proven by the differential test).
 NEWEST = (10, 6)
@@ -25,8 +26,7 @@ _VERSION_RE = re.compile(r"OpenSSH_(\d+)\.(\d+)(p\d+)?")
 ASK_TIMEOUT = 30.0
 
 
-@dataclass(frozen=True)
-class Rules:
+class Rules(NamedTuple):
     """What changed between OpenSSH releases in how a config resolves (readconf.c, ssh.c)."""
 
     version: tuple[int, int]

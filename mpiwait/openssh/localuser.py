@@ -5,11 +5,10 @@ from __future__ import annotations
 import os
 import pwd
 from collections.abc import Mapping
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class LocalUser:
+class LocalUser(NamedTuple):
     """The local account as ssh sees it: its passwd entry, not $HOME or $USER."""
 
     name: str

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
 
-from mpiwait.output.jsonl import JsonEvents
 from mpiwait.output.text import TextEvents
 from mpiwait.settings import LogFormat
 from mpiwait.wait.events import Event
+
+if TYPE_CHECKING:  # imported for --log-format json only: a text run need not build its class
+    from mpiwait.output.jsonl import JsonEvents
 
 
 @dataclass
@@ -23,8 +25,12 @@ class Reporter:
     _writer: TextEvents | JsonEvents = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
-        kind = JsonEvents if self.log_format is LogFormat.JSON else TextEvents
-        self._writer = kind(self.quiet, self.stream)
+        if self.log_format is LogFormat.JSON:
+            from mpiwait.output.jsonl import JsonEvents
+
+            self._writer = JsonEvents(self.quiet, self.stream)
+        else:
+            self._writer = TextEvents(self.quiet, self.stream)
 
     def __call__(self, event: Event) -> None:
         self._writer(event)

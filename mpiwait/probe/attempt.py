@@ -189,27 +189,40 @@ class Prober:
         except PermanentError as exc:
             return Outcome(Status.FATAL, Stage.SSH, "identity", exc.message, exc.hint)
         transport = adapter.transport(sock, timeout)
+        held: socket.socket | None = None
         try:
-            failed = (
-                self._handshake(transport, target, timeout)
-                or self._check_host_key(transport, target)
-                or self._authenticate(transport, target, identities)
-            )
-            if failed is not None:
-                return failed
-            if self._options.remote_command:
-                outcome = self._run_remote(transport, self._options.remote_command, timeout)
-                if outcome is not READY:
-                    return outcome
-            if self._kept is not None:
+            outcome = self._session(transport, target, timeout, identities)
+            if outcome is READY and self._kept is not None:
                 # paramiko closes its socket below and sends nothing: a duplicate keeps the
                 # authenticated connection open
-                self._kept.keep(host, sock)
-            return READY
+                held = _duplicate(sock)
         except (paramiko.SSHException, EOFError, OSError) as exc:
             return _retry(Stage.SSH, "handshake", f"SSH session failed: {_oserror(exc)}")
         finally:
             transport.close()
+        if held is not None and self._kept is not None:
+            # watched only now: until the close, paramiko's thread decodes what sshd sends
+            self._kept.keep(host, held)
+        return outcome
+
+    def _session(
+        self,
+        transport: paramiko.Transport,
+        target: SSHTarget,
+        timeout: float,
+        identities: tuple[Identity, ...],
+    ) -> Outcome:
+        """Handshake, host key, authentication and --remote-command on ``transport``."""
+        failed = (
+            self._handshake(transport, target, timeout)
+            or self._check_host_key(transport, target)
+            or self._authenticate(transport, target, identities)
+        )
+        if failed is not None:
+            return failed
+        if self._options.remote_command:
+            return self._run_remote(transport, self._options.remote_command, timeout)
+        return READY
 
     def _handshake(
         self, transport: paramiko.Transport, target: SSHTarget, timeout: float
@@ -407,6 +420,15 @@ def _connect(infos: list[AddrInfo], timeout: float) -> tuple[socket.socket | Non
             return sock, None
         sock.close()
     return None, failure or _retry(Stage.DNS, "unresolved", "no address")
+
+
+def _duplicate(sock: socket.socket) -> socket.socket | None:
+    """A duplicate of ``sock``; None when out of file descriptors (the host is re-checked
+    instead of kept)."""
+    try:
+        return sock.dup()
+    except OSError:
+        return None
 
 
 def _ends(sock: socket.socket) -> tuple[str, str]:

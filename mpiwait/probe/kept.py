@@ -64,26 +64,25 @@ class KeptConnections:
             except OSError:  # already ended: its end is being reported
                 return None
 
-    def keep(self, host: str, conn: socket.socket) -> bool:
-        """Watch ``conn``'s connection (through a duplicate: the caller still closes ``conn``)
-        as ``host``'s, replacing the one kept before; False when it cannot be kept."""
+    def keep(self, host: str, sock: socket.socket) -> bool:
+        """Watch ``sock``'s connection as ``host``'s, replacing the one kept before; ``sock``
+        is handed over (the prober's duplicate: paramiko closes its own), and closed here when
+        it cannot be kept (False)."""
         with self._lock:
             old = self._socks.pop(host, None)
             if old is not None:
                 self._forget(old)
-            if self._closed:
+            if self._closed or sock.fileno() >= self._budget:
+                sock.close()  # the host is re-checked instead
                 return False
             try:
-                sock = conn.dup()
-            except OSError:  # out of file descriptors: the host is re-checked instead
-                return False
-            if sock.fileno() >= self._budget:
+                _keepalive(sock)
+                sock.setblocking(False)
+                self._selector.register(sock, selectors.EVENT_READ, host)
+            except OSError:
                 sock.close()
                 return False
-            _keepalive(sock)
-            sock.setblocking(False)
             self._socks[host] = sock
-            self._selector.register(sock, selectors.EVENT_READ, host)
         return True
 
     def close(self) -> None:

@@ -1,5 +1,6 @@
 """paramiko as mpiwait uses it: the behaviour it relies on that paramiko does not promise (private
-attributes, the shape of its exceptions, its import of invoke), in one place.
+attributes, the shape of its exceptions, its import of invoke, the handler of MSG_DEBUG it
+overrides), in one place.
 
 tests/integration/test_probes_paramiko.py pins each of these against the installed paramiko (and
 CI runs it against the oldest allowed one too), so that a release that changes one fails there,
@@ -10,6 +11,7 @@ import skips invoke.
 
 from __future__ import annotations
 
+import functools
 import logging
 import socket
 import sys
@@ -34,13 +36,26 @@ def transport(sock: socket.socket, timeout: float) -> paramiko.Transport:
     """A client transport on ``sock`` whose every wait (banner, key exchange, auth) is bounded
     by ``timeout``: paramiko's own 15 s banner and 30 s auth defaults would let one silent
     host hold a probe slot far longer than the per-stage timeout promised to the user."""
-    import paramiko
-
-    t = paramiko.Transport(sock)
+    t = _transport_class()(sock)
     t.banner_timeout = timeout
     t.handshake_timeout = timeout
     t.auth_timeout = timeout
     return t
+
+
+@functools.cache
+def _transport_class() -> type[paramiko.Transport]:
+    """paramiko's Transport, except that a MSG_DEBUG (sshd sends two after every login) is
+    decoded only when paramiko's logger would log it: paramiko builds the line byte by byte
+    first (``util.safe_string``), and mpiwait discards paramiko's records."""
+    import paramiko
+
+    class Transport(paramiko.Transport):
+        def _parse_debug(self, m: paramiko.Message) -> None:
+            if self.logger.isEnabledFor(logging.DEBUG):
+                super()._parse_debug(m)  # type: ignore[misc]  # private: not in the stubs
+
+    return Transport
 
 
 def kex_done(t: paramiko.Transport) -> bool:

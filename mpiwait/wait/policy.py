@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from mpiwait.probe.outcome import Stage
 
 
-@dataclass(frozen=True)
-class Budget:
+class Budget(NamedTuple):
     """What the cluster is asked to bear, all hosts together (the wait and --list-ready)."""
 
     parallel: int  # attempts in flight at once

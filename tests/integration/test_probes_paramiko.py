@@ -7,12 +7,14 @@ instead of the probe silently reporting every close as a handshake failure. (The
 ``exit_status``, a channel's ``status_event``, is pinned through real sshd by
 tests/integration/test_integration.py's --remote-command tests.)
 
-Servers are plain sockets on 127.0.0.1 in a thread of this process: no sshd, no namespace.
+Servers are plain sockets on 127.0.0.1 in a thread of this process (no namespace); the MSG_DEBUG
+test logs into a real sshd of a testbed.Lab, since what it pins is what OpenSSH sends.
 """
 
 from __future__ import annotations
 
 import contextlib
+import getpass
 import socket
 import struct
 import threading
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import paramiko
 import pytest
+import testbed
 
 from mpiwait.probe.attempt import prober_for
 from mpiwait.probe.lookup import lookup_pool
@@ -226,3 +229,64 @@ def test_a_passing_attempt_carries_where_it_got(tmp_path: Path, check: str) -> N
     assert outcome.status is Status.READY
     assert outcome.reached == Reached("127.0.0.1", port, ("127.0.0.1",), local)
     assert name_only.reached == Reached("127.0.0.1", port, ("127.0.0.1",), "")
+
+
+@testbed.needs("loopback")
+def test_sshd_debug_lines_after_a_login_are_decoded_only_when_paramiko_would_log_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """OpenSSH sends MSG_DEBUG lines after a login; the adapter's transport skips paramiko's
+    byte-by-byte decoding of them unless paramiko's logger is on for DEBUG. Pins that paramiko
+    still hands them to ``Transport._parse_debug``, which the adapter overrides."""
+    import logging
+
+    from mpiwait.probe import paramiko_adapter as adapter
+
+    transport_class = adapter._transport_class()
+    parse, safe_string = transport_class._parse_debug, paramiko.util.safe_string
+    seen: list[bytes] = []
+    decoded: list[bytes] = []
+
+    def counting_parse(self: paramiko.Transport, m: paramiko.Message) -> None:
+        seen.append(m.asbytes())
+        parse(self, m)
+
+    def counting_safe_string(s: bytes) -> bytes:
+        decoded.append(s)
+        return safe_string(s)
+
+    monkeypatch.setattr(transport_class, "_parse_debug", counting_parse)
+    monkeypatch.setattr(paramiko.util, "safe_string", counting_safe_string)
+    logger = logging.getLogger("paramiko")
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append  # type: ignore[method-assign]
+    with testbed.Lab(tmp_path / "lab") as lab:
+        key = lab.key()
+        sshd = lab.sshd("127.0.0.1", authorized=[key])
+
+        def login() -> None:
+            with socket.create_connection(("127.0.0.1", sshd.port)) as sock:
+                transport = adapter.transport(sock, 10.0)
+                try:
+                    transport.start_client(timeout=10.0)
+                    transport.auth_publickey(
+                        getpass.getuser(), paramiko.Ed25519Key.from_private_key_file(str(key))
+                    )
+                    testbed.wait_until(lambda: seen, 10.0, "a MSG_DEBUG from sshd")
+                finally:
+                    transport.close()
+
+        login()  # paramiko's logger as mpiwait leaves it: not on for DEBUG
+        assert seen and not decoded
+        seen.clear()
+        level = logger.level
+        logger.setLevel(logging.DEBUG)
+        logger.addHandler(handler)
+        try:
+            login()
+        finally:
+            logger.removeHandler(handler)
+            logger.setLevel(level)
+    assert seen and decoded
+    assert any(r.getMessage().startswith("Debug msg: ") for r in records)

@@ -44,8 +44,8 @@ def kept() -> Iterator[tuple[KeptConnections, queue.SimpleQueue[str]]]:
 def test_the_end_of_a_kept_connection_is_reported_once(pairs, kept) -> None:
     k, lost = kept
     client, server = pairs()
-    assert k.keep("w1", client)
-    client.close()  # the caller's own socket: the kept duplicate stays open
+    assert k.keep("w1", client.dup())  # the prober's duplicate, handed over
+    client.close()  # the socket paramiko closes: the kept duplicate stays open
     assert k.holds("w1")
     server.close()  # the worker's session ends
     assert lost.get(timeout=WAIT) == "w1"
@@ -57,7 +57,7 @@ def test_the_end_of_a_kept_connection_is_reported_once(pairs, kept) -> None:
 def test_what_the_server_says_is_read_and_dropped_not_taken_for_an_end(pairs, kept) -> None:
     k, lost = kept
     client, server = pairs()
-    k.keep("w1", client)
+    k.keep("w1", client.dup())
     server.sendall(b"x" * 100_000)
     with pytest.raises(queue.Empty):
         lost.get(timeout=0.5)
@@ -70,9 +70,9 @@ def test_a_new_login_replaces_the_connection_kept_before_and_closes_it(pairs, ke
     k, lost = kept
     first, first_server = pairs()
     second, _ = pairs()
-    k.keep("w1", first)
+    k.keep("w1", first.dup())
     first.close()
-    k.keep("w1", second)
+    k.keep("w1", second.dup())
     first_server.settimeout(WAIT)
     assert first_server.recv(1) == b""  # closed by us: the worker sees its session end
     with pytest.raises(queue.Empty):
@@ -84,13 +84,15 @@ def test_close_ends_every_connection_and_keeps_no_more(pairs) -> None:
     lost: queue.SimpleQueue[str] = queue.SimpleQueue()
     k = KeptConnections(lost.put)
     client, server = pairs()
-    k.keep("w1", client)
+    k.keep("w1", client.dup())
     client.close()
     k.close()
     server.settimeout(WAIT)
     assert server.recv(1) == b""
-    other, _ = pairs()
+    other, other_server = pairs()
     assert not k.keep("w2", other)
+    other_server.settimeout(WAIT)
+    assert other_server.recv(1) == b""  # a socket it cannot keep is closed, not leaked
     with pytest.raises(queue.Empty):
         lost.get(timeout=0.2)
 

@@ -11,7 +11,7 @@ import pytest
 import testbed
 
 from mpiwait.cli import resolve
-from mpiwait.modes import readycache
+from mpiwait.modes import cachedir, readycache
 from mpiwait.modes.readycache import Entry, ReadyCache
 from mpiwait.settings import Settings
 from mpiwait.wait.runner import run_all
@@ -82,7 +82,7 @@ def test_no_directory_or_no_ttl_remembers_nothing(tmp_path: Path) -> None:
 
 
 def test_cache_dir_prefers_xdg_runtime_dir_and_makes_it_private(tmp_path: Path) -> None:
-    found = readycache.cache_dir({"XDG_RUNTIME_DIR": str(tmp_path)})
+    found = cachedir.cache_dir({"XDG_RUNTIME_DIR": str(tmp_path)})
     assert found == str(tmp_path / f"mpiwait-{os.getuid()}")
     assert os.stat(found).st_mode & 0o777 == 0o700
 
@@ -94,14 +94,14 @@ def test_a_directory_someone_else_planted_is_not_used(tmp_path: Path) -> None:
     planted = base / f"mpiwait-{os.getuid()}"
     planted.mkdir(mode=0o700)
     os.chown(planted, 65534, 65534)
-    assert readycache._private_dir(str(base)) is None
+    assert cachedir._private_dir(str(base)) is None
     os.chown(planted, os.getuid(), os.getgid())
     planted.chmod(0o755)  # ours but open to others: refused as well
-    assert readycache._private_dir(str(base)) is None
+    assert cachedir._private_dir(str(base)) is None
     planted.rmdir()
     (base / "elsewhere").mkdir(mode=0o700)
     planted.symlink_to(base / "elsewhere")
-    assert readycache._private_dir(str(base)) is None
+    assert cachedir._private_dir(str(base)) is None
 
 
 def test_a_file_of_another_owner_is_ignored(tmp_path: Path) -> None:
