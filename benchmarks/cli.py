@@ -116,8 +116,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--gap-lab",
         choices=("cluster", "shared"),
         default="cluster",
-        help="gapscale's workers: each its own listening socket, their sshds on other CPUs "
-        "than mpiwait, as on a cluster (default); or one sshd socket for all, on the same CPUs",
+        help="gap, gap64, gapscale: the workers' sshds on other CPUs than mpiwait and (gapscale) "
+        "each its own listening socket, as on a cluster (default); or all on the same CPUs "
+        "(and gapscale's on one sshd socket)",
     )
     ap.add_argument("--load-hosts", type=int, default=50, help="hosts in load (default 50)")
     ap.add_argument(
@@ -332,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     )
 
     if "gap" in args.scenarios:
-        s1_launch_gap.SPREAD = args.spread
+        s1_launch_gap.SPREAD, s1_launch_gap.LAB = args.spread, args.gap_lab
         gm = [
             m
             for m in methods
@@ -343,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         save()
     if "gap64" in args.scenarios and "mpiwait" in methods:
-        s1_launch_gap.SPREAD = args.spread
+        s1_launch_gap.SPREAD, s1_launch_gap.LAB = args.spread, args.gap_lab
         results.append(
             s1_launch_gap.run(ctx, workers=args.gap_large, methods=ctx.mpiwait_variants())
         )

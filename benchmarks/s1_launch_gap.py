@@ -29,6 +29,7 @@ from benchmarks.context import Context
 from benchmarks.peers import OPERATOR_ENV, base, launcher
 
 SPREAD = 10.0  # seconds over which the workers' sshd start
+LAB = "cluster"  # --gap-lab: "cluster", the workers' sshds on other CPUs than the launcher
 RUN_TIMEOUT = 150.0  # worst peer: 10 s + 20 s + 40 s of Job back-off, plus mpirun
 
 
@@ -85,7 +86,9 @@ def _reset(bed: testbed.TestBed, etc_mpi: Path) -> None:
 
 def _make_slot(ctx: Context, method: str, workers: int) -> _Slot:
     bed_dir = ctx.workdir / f"gapbed{workers}-{method.replace(' ', '_')}"
-    bed = testbed.TestBed(workers, workdir=bed_dir, published=False, start=False)
+    bed = testbed.TestBed(
+        workers, workdir=bed_dir, published=False, start=False, split_cpus=LAB == "cluster"
+    )
     bed.up()
     slot = _Slot(method, bed, bed_dir / "etc-mpi")
     slot.ns_ino = [os.stat(f"/run/netns/{h.ns}").st_ino for h in bed.hosts]
@@ -227,6 +230,7 @@ def run(ctx: Context, *, workers: int, methods: list[str], sequential: bool = Fa
         "scenario": "launch-gap",
         "workers": workers,
         "spread_s": SPREAD,
+        "lab": LAB,
         "reps": ctx.reps,
         "peers_side_by_side": not sequential and len(peers) > 1,
         "rows": rows,

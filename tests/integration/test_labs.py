@@ -42,3 +42,18 @@ def test_a_cluster_like_lab_gives_each_worker_a_listener_and_cpus_of_their_own(t
         launcher_cpus,
         sshd_cpus,
     )
+
+
+@pytest.mark.root
+@testbed.needs("netns")
+def test_a_split_test_bed_runs_the_launcher_and_the_workers_on_cpus_of_their_own(tmp_path: Path):
+    # scenario 1's lab: COMMAND's own CPUs, and those of a command run through a worker's sshd
+    with testbed.TestBed(2, workdir=tmp_path / "bed", split_cpus=True) as b:
+        r = testbed.run(
+            b,
+            ["--hosts", "w1,w2", "--timeout", "60"],
+            command=["sh", "-c", "taskset -pc $$; ssh w1 'taskset -pc $$'"],
+        )
+    assert r.returncode == 0, r
+    launcher, worker = (set(ln.rsplit(": ", 1)[1].split(",")) for ln in r.stdout.splitlines())
+    assert launcher and worker and launcher.isdisjoint(worker), r.stdout

@@ -50,6 +50,9 @@ class LauncherContext:
     client_dir: Path  # files a client (and a non-root user) reads: key, ssh_config, hosts
     _launched: list[subprocess.Popen[Any]]
 
+    # (launcher CPUs, workers' CPUs) for taskset, or None: see split_cpus()
+    cpu_split: tuple[str, str] | None = None
+
     key_path = ClientFile("id_key")
     pubkey_path = ClientFile("id_key.pub")
     authorized_keys = ClientFile("authorized_keys")
@@ -57,6 +60,10 @@ class LauncherContext:
     # the launcher view: only published names (rewritten in place by publish/unpublish)
     hosts_file = ClientFile("hosts")
     nsswitch_file = ClientFile("nsswitch.conf")
+
+    def pinned(self, side: int) -> tuple[str, ...]:
+        """The taskset prefix for the launcher (0) or the workers' sshds (1); () unsplit."""
+        return () if self.cpu_split is None else ("taskset", "-c", self.cpu_split[side])
 
     def env(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
         """``env`` (default: ours) tagged as this bed's, for a process of its launcher context."""
@@ -92,7 +99,7 @@ class LauncherContext:
             home = Path((pw or user_entry("root")).pw_dir)
             claim_dir(home / ".ssh", self.bed_id, owner=pw)
             more.append((Path(home_ssh), home / ".ssh"))
-        return files_only_cmd(
+        cmd = files_only_cmd(
             argv,
             hosts_file=self.hosts_file,
             nsswitch_file=self.nsswitch_file,
@@ -102,6 +109,7 @@ class LauncherContext:
             more=more,
             prefix=drop_to(pw) if pw is not None else [],
         )
+        return [*self.pinned(0), *cmd]
 
     def run(
         self,
@@ -226,3 +234,15 @@ class LauncherContext:
             p.write_text(text)
         p.chmod(0o555)
         return p
+
+
+def split_cpus() -> tuple[str, str]:
+    """taskset's CPU lists for the launcher and the workers: this process's CPUs in two halves.
+    A lab that splits them runs its workers' sshds on the second and launcher_cmd's processes on
+    the first, as on a cluster, where what the workers' sshds do takes no CPU from the launcher
+    (benchmarks; docs/performance.md says why)."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise BedError("split_cpus needs 2 CPUs or more")
+    half = len(cpus) // 2
+    return ",".join(map(str, cpus[:half])), ",".join(map(str, cpus[half:]))

@@ -49,6 +49,7 @@ from typing import Any
 from . import _mpi
 from ._faults import HostFaults
 from ._launcher import ClientFile, LauncherContext, user_entry
+from ._launcher import split_cpus as split_cpus_
 from ._names import hosts_lines, write_hosts_file, write_nsswitch
 from ._namespaces import (
     SSHD,
@@ -141,6 +142,7 @@ class TestBed(LauncherContext, HostFaults, NamespaceLab):
         persistent: bool = False,
         prefix: str = PREFIX,
         sshd: str | None = None,
+        split_cpus: bool = False,
     ) -> None:
         """
         n: number of workers (1..244).
@@ -157,6 +159,8 @@ class TestBed(LauncherContext, HostFaults, NamespaceLab):
         sshd: None, the machine's sshd tuned for tests; a Debian suite of
             testbed.releases.SERVER_SUITES ("trixie"), that release's sshd with its own
             defaults (PerSourcePenalties on, MaxStartups 10:30:100; LogLevel VERBOSE).
+        split_cpus: the workers' sshds on one half of the CPUs, launcher_cmd's processes on the
+            other (benchmarks: as on a cluster, the workers' work takes no launcher CPU).
         """
         if not 1 <= n <= MAX_HOSTS:
             raise ValueError(f"n must be 1..{MAX_HOSTS}, got {n}")
@@ -188,6 +192,7 @@ class TestBed(LauncherContext, HostFaults, NamespaceLab):
         self._index_req = index
         self._sshd_release = sshd
         self.sshd_build = machine_sshd()
+        self.cpu_split = split_cpus_() if split_cpus else None
         self.index: int = -1
         self.bed_id = ""
         self.hosts: list[WorkerHost] = []

@@ -25,6 +25,7 @@ from typing import Any
 from . import _sys
 from ._faults import ns_iptables
 from ._launcher import LauncherContext
+from ._launcher import split_cpus as split_cpus_
 from ._names import mount_ns_cmd, write_hosts_file, write_nsswitch
 from ._namespaces import SSHD, NamespaceLab, Netns, add_namespaces
 from ._proc import register_key
@@ -75,9 +76,7 @@ class ManyHosts(LauncherContext, NamespaceLab):
         self._log_level = log_level  # VERBOSE: "Connection from A port P on DEST" per connection
         # A listening socket (accept queue) per host, as each worker of a cluster has its own.
         self._own_listeners = own_listeners
-        # The launcher (launcher_cmd) on the first half of the CPUs, the sshds on the rest, as
-        # on a cluster, where what the workers' sshds do takes no CPU from the launcher.
-        self._cpus = _split_cpus() if split_cpus else None
+        self.cpu_split = split_cpus_() if split_cpus else None
         self._published = [True] * n if published is None else [False] * n
         for i in published or ():
             self._published[i] = True
@@ -189,7 +188,7 @@ class ManyHosts(LauncherContext, NamespaceLab):
             netns=self.ns,
         )
         configs = [self.workdir / f"sshd_config.{k}" for k in range(len(self._listen_groups()))]
-        sshd = (*self._pin(1), SSHD)
+        sshd = (*self.pinned(1), SSHD)
         self._sshds = [start_sshd(prelude, c, self.sshd_log, self.env(None), sshd) for c in configs]
         for p in self._sshds:
             wait_listening(p, 22, self.sshd_log)
@@ -199,13 +198,6 @@ class ManyHosts(LauncherContext, NamespaceLab):
                 if time.monotonic() > deadline:
                     raise _sys.BedError(f"sshd not listening on {sorted(missing)[:3]}...")
                 time.sleep(0.01)
-
-    def _pin(self, side: int) -> tuple[str, ...]:
-        """The taskset prefix for the launcher (0) or the workers' sshds (1); () unsplit."""
-        return () if self._cpus is None else ("taskset", "-c", self._cpus[side])
-
-    def launcher_cmd(self, argv: Sequence[str | os.PathLike[str]], **kw: Any) -> list[str]:
-        return [*self._pin(0), *super().launcher_cmd(argv, **kw)]
 
     @property
     def sshd_pids(self) -> list[int]:
@@ -245,15 +237,6 @@ class ManyHosts(LauncherContext, NamespaceLab):
         if self.set_id:
             teardown_until_gone(self.set_id, ns_names=[self.ns], links=[self.veth])
         self._down_done = True
-
-
-def _split_cpus() -> tuple[str, str]:
-    """taskset's CPU lists for the launcher and the workers: this process's CPUs in two halves."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        raise _sys.BedError("split_cpus needs 2 CPUs or more")
-    half = len(cpus) // 2
-    return ",".join(map(str, cpus[:half])), ",".join(map(str, cpus[half:]))
 
 
 def _listening_on(pid: int, port: int) -> set[str]:

@@ -121,7 +121,7 @@ class WorkerProcesses:
             )
         h = self.hosts[i]
         prelude = self._worker_prelude(i, delay=delay)
-        argv = self.sshd_build.argv
+        argv = (*self.pinned(1), *self.sshd_build.argv)
         self._sshd[i] = start_sshd(prelude, h.sshd_config, h.sshd_log, self.env(None), argv)
         if delay <= 0 and wait:
             self.wait_listening([i])
