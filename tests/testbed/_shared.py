@@ -1,6 +1,7 @@
 """ManyHosts: the shared-namespace flavour of lab (stdlib only).
 
-Hundreds of worker "hosts" as addresses of ONE network namespace, served by one sshd on 0.0.0.0,
+Hundreds of worker "hosts" as addresses of ONE network namespace, served by one sshd on 0.0.0.0
+(or, for benchmarks, a listening socket per host and sshds on CPUs of their own),
 each address individually refused, black-holed or stalled by iptables rules that are swapped in
 one ``iptables-restore`` (cheap enough to flap 50 hosts at once). Its launcher context is a
 TestBed's: files-only name resolution, nothing leaves the machine.
@@ -39,7 +40,8 @@ LISTEN_SOCKS = 16
 
 
 class ManyHosts(LauncherContext, NamespaceLab):
-    """``n`` hosts (node-001 ...) as addresses of one namespace; one sshd serves them all.
+    """``n`` hosts (node-001 ...) as addresses of one namespace; one sshd serves them all,
+    unless ``own_listeners``.
 
     ``own_listeners``: each host its own listening socket (accept queue), as each worker of a
     cluster has, served by one sshd per 16 hosts. ``split_cpus``: the sshds on one half of the
