@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
-import struct
 import subprocess
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -195,8 +193,8 @@ class ManyHosts(LauncherContext, NamespaceLab):
         for p in self._sshds:
             wait_listening(p, 22, self.sshd_log)
         if self._own_listeners:  # any socket on port 22 answers wait_listening: wait for all
-            deadline = time.monotonic() + 10
-            while missing := set(self.addrs) - _listening_on(self._sshds[0].pid, 22):
+            deadline, pid = time.monotonic() + 10, self._sshds[0].pid  # one namespace: one table
+            while missing := set(self.addrs) - (_sys.listening_on(pid, 22) or set()):
                 if time.monotonic() > deadline:
                     raise _sys.BedError(f"sshd not listening on {sorted(missing)[:3]}...")
                 time.sleep(0.01)
@@ -239,15 +237,3 @@ class ManyHosts(LauncherContext, NamespaceLab):
         if self.set_id:
             teardown_until_gone(self.set_id, ns_names=[self.ns], links=[self.veth])
         self._down_done = True
-
-
-def _listening_on(pid: int, port: int) -> set[str]:
-    """The IPv4 addresses with a socket listening on ``port`` in ``pid``'s namespace."""
-    with open(f"/proc/{pid}/net/tcp") as f:
-        rows = [line.split() for line in f.read().splitlines()[1:]]
-    found = set()
-    for row in rows:
-        addr, _, hexport = row[1].partition(":")
-        if row[3] == "0A" and int(hexport, 16) == port:
-            found.add(socket.inet_ntoa(struct.pack("<I", int(addr, 16))))
-    return found

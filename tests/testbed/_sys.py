@@ -11,6 +11,8 @@ import pwd
 import re
 import shlex
 import signal
+import socket
+import struct
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
 from functools import cache
@@ -143,17 +145,26 @@ def listening(pid: int, port: int) -> bool | None:
     Reads /proc/<pid>/net/tcp (the table of that process's namespace): no traffic, no exec.
     None when the process is gone.
     """
+    found = listening_on(pid, port)
+    return None if found is None else bool(found)
+
+
+def listening_on(pid: int, port: int) -> set[str] | None:
+    """The IPv4 addresses with a socket listening on TCP ``port`` in ``pid``'s namespace (as
+    listening() reads them); None when the process is gone."""
     try:
         with open(f"/proc/{pid}/net/tcp") as f:
             lines = f.read().splitlines()[1:]
     except OSError:
         return None
-    want = f":{port:04X}"
+    found = set()
     for line in lines:
         parts = line.split()
-        if len(parts) > 3 and parts[1].endswith(want) and parts[3] == "0A":
-            return True
-    return False
+        if len(parts) > 3 and parts[3] == "0A":
+            address, _, hexport = parts[1].partition(":")
+            if int(hexport, 16) == port:
+                found.add(socket.inet_ntoa(struct.pack("<I", int(address, 16))))
+    return found
 
 
 @cache
