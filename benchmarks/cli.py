@@ -367,15 +367,8 @@ def main(argv: list[str] | None = None) -> int:
         results.append(s5_list_ready.run(ctx))
         save()
     if "gapscale" in args.scenarios and "mpiwait" in methods:
-        s6_gap_scale.LATE = args.gap_late
-        results.append(
-            s6_gap_scale.run(
-                ctx,
-                sizes=args.gap_sizes,
-                methods=ctx.mpiwait_variants(),
-                like_cluster=args.gap_lab == "cluster",
-            )
-        )
+        s6_gap_scale.LATE, s6_gap_scale.LAB = args.gap_late, args.gap_lab
+        results.append(s6_gap_scale.run(ctx, sizes=args.gap_sizes, methods=ctx.mpiwait_variants()))
         save()
 
     meta = {

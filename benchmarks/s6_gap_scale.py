@@ -29,6 +29,7 @@ from benchmarks.common import PY, LogTail, Measured, sshd_per_address, stat_dict
 from benchmarks.context import Context
 
 LATE = 60.0  # seconds until the last worker accepts; --gap-late
+LAB = "cluster"  # --gap-lab: "cluster" (own listeners, sshds on other CPUs) or "shared"
 RUN_TIMEOUT = 300.0
 
 
@@ -78,12 +79,13 @@ def _run_one(ctx: Context, m: testbed.ManyHosts, method: str, rep: int, tail: Lo
     }
 
 
-def run(ctx: Context, *, sizes: list[int], methods: list[str], like_cluster: bool = True) -> dict:
+def run(ctx: Context, *, sizes: list[int], methods: list[str]) -> dict:
     ctx.log(
         f"launch gap against job size: N = {', '.join(map(str, sizes))}, the last worker "
         f"{LATE:g} s late, {ctx.reps} reps, methods {', '.join(methods)}"
     )
     runs: list[dict] = []
+    like_cluster = LAB == "cluster"
     for n in sizes:
         with testbed.ManyHosts(
             n,
@@ -131,7 +133,7 @@ def run(ctx: Context, *, sizes: list[int], methods: list[str], like_cluster: boo
         "scenario": "gap-scale",
         "sizes": sizes,
         "late_s": LATE,
-        "lab": "cluster" if like_cluster else "shared",
+        "lab": LAB,
         "reps": ctx.reps,
         "rows": rows,
         "runs": runs,
