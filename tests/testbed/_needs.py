@@ -194,6 +194,21 @@ def _loopback() -> Found | str:
     return Found("loopback")
 
 
+def _go() -> Found | str:
+    found = shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")
+    return Found("go", Path(found)) if found else "no `go` on PATH nor in /usr/local/go/bin"
+
+
+def _cluster_built() -> Found | str:
+    cp = subprocess.run(
+        [str(REPO / "scripts/build-cluster"), "--check"], capture_output=True, text=True,
+        timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    if cp.returncode != 0:
+        return "the cluster's components are not built for tests/testbed/cluster/PINS"
+    return Found("cluster")
+
+
 def _docker_cli() -> Found | str:
     # Debian's CLI: another docker (Docker Inc.'s, a podman shim) may speak otherwise.
     cli = Path("/usr/bin/docker")
@@ -221,6 +236,8 @@ _APT = {  # program -> (Debian package, what it is)
     "git": ("git", "git (scripts/build-image and build-dist read the commit)"),
     "shellcheck": ("shellcheck", "ShellCheck (actionlint checks the workflows' run: steps)"),
     "update-binfmts": ("binfmt-support", "binfmt-support's update-binfmts"),
+    "ctr": ("containerd", "containerd's ctr (the cluster tier imports its images with it)"),
+    "openssl": ("openssl", "openssl (the cluster tier's certificates)"),
 }
 _PROGRAMS = {"mpich4": "mpiexec.hydra"}  # need -> program, where they differ
 _EXTRA = Install("extra", as_user=True)
@@ -274,6 +291,25 @@ def _table() -> dict[str, Need]:
             lambda: Found("containers"),
             Install("none"),
             requires=("root", "dockerd", "containerd", "runc", "docker", "debootstrap", "iptables"),
+        ),
+        Need(
+            "cni-plugins",
+            "Debian's CNI plugins (bridge, host-local, loopback)",
+            _file("/usr/lib/cni/bridge"),
+            Install("apt", "containernetworking-plugins"),
+        ),
+        Need(
+            "go",
+            "a Go toolchain (builds the cluster's upstream components)",
+            _go,
+            Install("none", "Go 1.26 comes with the machine (polyglot kind)"),
+        ),
+        Need(
+            "cluster",
+            "a single-node Kubernetes with mpi-operator (testbed.cluster)",
+            _cluster_built,
+            Install("script", "scripts/build-cluster"),
+            requires=("root", "go", "containers", "ctr", "openssl", "cni-plugins", "ip"),
         ),
         Need(
             "openssh-releases",

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import _sys, containers
+from . import _sys, cluster, containers
 from ._registry import teardown_by_id
 from ._sys import BedError
 
@@ -53,9 +53,11 @@ class Leftovers:
     pids: tuple[tuple[int, str], ...]  # (pid, command line)
     containers: tuple[str, ...] = ()  # "name (image)" of a leaked dockerd's containers
     rules: tuple[str, ...] = ()  # `iptables -S` lines ("-A CHAIN ...") of this session's engines
+    cluster: tuple[str, ...] = ()  # a test cluster's host state: "link X", "netns X", "cgroup P"
 
     def describe(self) -> list[str]:
         out = [f"container {c}" for c in self.containers]
+        out += [f"cluster {c}" for c in self.cluster]
         out += [f"iptables rule {r}" for r in self.rules]
         out += [f"namespace or link {n}" for n in self.names]
         out += [f"mount {m}" for m in self.mounts]
@@ -148,7 +150,10 @@ def find(base: Baseline, me: int | None = None) -> Leftovers:
     names = sorted(n for n in _names() - base.names if _ours(n, me))
     beds = sorted({b for n in names if (b := _ours(n, me))})
     roots = [r.rstrip("/") + "/" for r in base.roots]
-    tags = [f"\0{_sys.ENV_TAG}={p}{_b36(me)}-".encode() for p in (*BED_PREFIXES, ENGINE_PREFIX)]
+    tags = [
+        f"\0{_sys.ENV_TAG}={p}{_b36(me)}-".encode()
+        for p in (*BED_PREFIXES, ENGINE_PREFIX, cluster.CLUSTER_PREFIX)
+    ]
     tags += [f"\0{_sys.ENV_TAG}={b}".encode() for b in beds]
     protected = _sys.ancestors()
     pids = []
@@ -170,11 +175,31 @@ def find(base: Baseline, me: int | None = None) -> Leftovers:
     mounts = sorted(
         m for m in _mounts() - base.mounts if any((m + "/").startswith(r) for r in mount_roots)
     )
-    rules = engine_rules(f"{ENGINE_PREFIX}{_b36(me)}-") if os.geteuid() == 0 else []
+    rules = []
+    if os.geteuid() == 0:
+        for prefix in (ENGINE_PREFIX, cluster.CLUSTER_PREFIX):
+            rules += engine_rules(f"{prefix}{_b36(me)}-")
     return Leftovers(
         tuple(beds), tuple(names), tuple(mounts), tuple(sorted(set(pids))), tuple(running),
-        tuple(rules),
+        tuple(rules), tuple(_cluster_state(base)),
     )  # fmt: skip
+
+
+def _cluster_state(base: Baseline) -> list[str]:
+    """A test cluster's bridge, its pods' network namespaces and its cgroups, where the session
+    did not start with them (testbed.cluster removes them in Cluster.stop())."""
+    if os.geteuid() != 0:
+        return []
+    found = []
+    now = _names() - base.names
+    found += [f"link {n}" for n in sorted(now) if n == cluster.BRIDGE]
+    found += [f"netns {n}" for n in sorted(now) if n.startswith("cni-")]
+    found += [
+        f"cgroup {h / cluster.CGROUP_ROOT}"
+        for h in cluster.Cluster._cgroup_hierarchies()
+        if (h / cluster.CGROUP_ROOT).exists()
+    ]
+    return found
 
 
 def _foreign_dockerd(tags: Sequence[bytes], protected: set[int]) -> bool:
@@ -232,6 +257,18 @@ def clean(left: Leftovers) -> None:
         subprocess.run(argv, capture_output=True, timeout=60, check=False)
     for m in sorted(left.mounts, key=len, reverse=True):
         subprocess.run(["umount", "-l", m], capture_output=True, timeout=30, check=False)
+    for item in left.cluster:
+        kind, what = item.split(" ", 1)
+        if kind == "link":
+            subprocess.run(["ip", "link", "delete", what], capture_output=True, check=False)
+        elif kind == "netns":
+            subprocess.run(["ip", "netns", "delete", what], capture_output=True, check=False)
+        else:
+            for d in sorted((p for p in Path(what).rglob("*") if p.is_dir()), reverse=True):
+                with contextlib.suppress(OSError):
+                    d.rmdir()
+            with contextlib.suppress(OSError):
+                Path(what).rmdir()
     if left.beds and os.geteuid() == 0:
         with _sys.global_lock():
             for bed_id in left.beds:

@@ -1,0 +1,169 @@
+"""MPIJobs run by the real mpi-operator v0.8.2 on a real single-node Kubernetes 1.35, with mpiwait
+as users deploy it (the examples in examples/kubernetes/, images built here, names aside).
+
+What a user would see is what is checked: the MPIJob's condition, the launcher's pods (how many,
+how often restarted, their exit), mpirun's output in ``kubectl logs`` and mpiwait's."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from testbed.cluster import images
+from testbed.cluster.mpijob import Jobs, as_deployed, hold_back, load_example, without_init
+
+HELD_BACK = 20  # s: one worker's image pull, stood in for by an initContainer that sleeps
+
+
+def _restarts(pod: dict) -> int:
+    statuses = pod["status"].get("initContainerStatuses", []) + pod["status"].get(
+        "containerStatuses", []
+    )
+    return sum(s.get("restartCount", 0) for s in statuses)
+
+
+def _assert_one_clean_launch(jobs: Jobs, job: str, workers: list[str], container: str) -> str:
+    """The job succeeded with one launcher pod, never restarted; mpirun reached ``workers``."""
+    assert jobs.wait_finished(job) == "Succeeded", jobs.describe(job)
+    launchers = jobs.launcher_pods(job)
+    assert len(launchers) == 1, jobs.describe(job)
+    assert launchers[0]["status"]["phase"] == "Succeeded"
+    assert _restarts(launchers[0]) == 0
+    assert jobs.launcher_job(job)["status"].get("failed", 0) == 0
+    out = jobs.logs(launchers[0]["metadata"]["name"], container)
+    for w in workers:
+        assert w in out, out
+    return out
+
+
+def test_initcontainer_example_one_worker_late(jobs: Jobs) -> None:
+    doc = hold_back(as_deployed(load_example("initcontainer.yaml")), 1, HELD_BACK)
+    job = jobs.create(doc)
+    workers = [f"{job}-worker-0", f"{job}-worker-1"]
+    _assert_one_clean_launch(jobs, job, workers, "tensorflow-benchmarks")
+    launcher = jobs.launcher_pods(job)[0]["metadata"]["name"]
+    waited = jobs.logs(launcher, "wait-for-workers")
+    assert f"{job}-worker-1" in waited, waited
+
+
+def test_initcontainer_example_without_mpiwait_fails_its_first_launch(jobs: Jobs) -> None:
+    """The control: the seed issue's scene. mpirun starts before worker 1 resolves and dies; the
+    launcher Job spends its back-off."""
+    doc = hold_back(without_init(as_deployed(load_example("initcontainer.yaml"))), 1, HELD_BACK)
+    job = jobs.create(doc)
+    failed = jobs.wait_for(
+        "a failed launcher pod",
+        lambda: jobs.launcher_job(job).get("status", {}).get("failed", 0) >= 1,
+        timeout=180,
+    )
+    assert failed
+    first = jobs.launcher_pods(job)[0]
+    said = jobs.logs(first["metadata"]["name"], "tensorflow-benchmarks")
+    assert "ORTE" in said or "resolve" in said or "daemon" in said, said
+
+
+def test_entrypoint_example_one_image_both_roles(jobs: Jobs) -> None:
+    doc = hold_back(as_deployed(load_example("entrypoint.yaml")), 1, HELD_BACK)
+    for spec in doc["spec"]["mpiReplicaSpecs"].values():
+        spec["template"]["spec"]["containers"][0]["image"] = images.PI_MPIWAIT
+    job = jobs.create(doc)
+    out = _assert_one_clean_launch(jobs, job, [f"{job}-worker-0", f"{job}-worker-1"], "mpi-launcher")
+    assert "pi on" in out
+    # Workers: mpiwait stepped aside (K_MPI_JOB_ROLE=worker) and sshd runs as the pod's process.
+    for w in jobs.worker_pods(job):
+        assert _restarts(w) == 0
+
+
+def test_worker_replaced_after_it_passed(jobs: Jobs) -> None:
+    """Worker 0 passes, then its pod is deleted before worker 1 arrives: the operator makes a new
+    pod with the same name and a new address; mpiwait launches only once that one accepts
+    logins, and mpirun reaches it."""
+    doc = hold_back(as_deployed(load_example("initcontainer.yaml")), 1, 45)
+    job = jobs.create(doc)
+    w0 = f"{job}-worker-0"
+
+    def launcher_waiting() -> str:
+        pods = jobs.launcher_pods(job)
+        if not pods:
+            return ""
+        log = jobs.logs(pods[0]["metadata"]["name"], "wait-for-workers")
+        return log if w0 in log and "ready" in log.lower() else ""
+
+    jobs.wait_for("worker 0 passed", launcher_waiting, timeout=120)
+    old = jobs.get("pod", w0)
+    jobs.kubectl("delete", "pod", w0, "--grace-period=1")
+    new = jobs.wait_for(
+        "worker 0 replaced",
+        lambda: (p := jobs.get("pod", w0)) if (
+            jobs.kubectl("get", "pod", w0, check=False).returncode == 0
+            and jobs.get("pod", w0)["metadata"]["uid"] != old["metadata"]["uid"]
+            and jobs.get("pod", w0)["status"].get("podIP")
+        ) else None,
+        timeout=90,
+    )  # fmt: skip
+    assert new["status"]["podIP"] != old["status"]["podIP"] or new["metadata"]["uid"] != old[
+        "metadata"
+    ]["uid"]
+    _assert_one_clean_launch(jobs, job, [w0, f"{job}-worker-1"], "tensorflow-benchmarks")
+
+
+def test_suspended_then_resumed(jobs: Jobs) -> None:
+    """As Kueue admits a job: created suspended, then resumed. The operator's own gate
+    (WaitForWorkersReady) lets the launcher start before the workers (kubeflow/mpi-operator#615);
+    with mpiwait the same job launches once."""
+    base = hold_back(as_deployed(load_example("initcontainer.yaml")), 1, HELD_BACK)
+    base["spec"]["launcherCreationPolicy"] = "WaitForWorkersReady"
+    base["spec"]["runPolicy"]["suspend"] = True
+    gate_only = without_init(base)
+    gate_only["metadata"]["name"] = "gate-only"
+    with_mpiwait = base
+    with_mpiwait["metadata"]["name"] = "with-mpiwait"
+    for doc in (gate_only, with_mpiwait):
+        jobs.create(doc)
+    time.sleep(3)  # the operator has seen both while suspended
+    for name in ("gate-only", "with-mpiwait"):
+        jobs.patch("mpijob", name, {"spec": {"runPolicy": {"suspend": False}}})
+
+    jobs.wait_for(
+        "the gate-only launcher failed",
+        lambda: jobs.launcher_job("gate-only").get("status", {}).get("failed", 0) >= 1,
+        timeout=180,
+    )
+    launcher = jobs.launcher_pods("gate-only")[0]
+    started = launcher["metadata"]["creationTimestamp"]
+    ready_at = []
+    for w in jobs.worker_pods("gate-only"):
+        for c in w["status"].get("conditions", []):
+            if c["type"] == "Ready" and c["status"] == "True":
+                ready_at.append(c["lastTransitionTime"])
+    # The launcher pod existed before the last worker was Ready (or before any was).
+    assert len(ready_at) < 2 or started < max(ready_at), (started, ready_at)
+
+    _assert_one_clean_launch(
+        jobs, "with-mpiwait", ["with-mpiwait-worker-0", "with-mpiwait-worker-1"],
+        "tensorflow-benchmarks",
+    )  # fmt: skip
+
+
+def test_list_ready_follows_discover_hosts_as_the_kubelet_updates_it(jobs: Jobs) -> None:
+    """horovod-elastic.yaml's discovery (``mpiwait --list-ready``), called every second as
+    horovodrun calls it, against the operator's discover_hosts.sh in the kubelet's volume: first
+    worker 0 alone, then both once worker 1 runs and the ConfigMap's new ..data is swapped in."""
+    doc = hold_back(as_deployed(load_example("horovod-elastic.yaml")), 1, HELD_BACK)
+    doc["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 2
+    main = doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    script = next(a for a in main["command"] if a.startswith("/opt/mpiwait/bin/mpiwait"))
+    main["command"] = ["sh", "-c", (
+        "end=$(($(date +%s) + 150)); while [ $(date +%s) -lt $end ]; do "
+        f"out=$({script} | tr '\\n' ' '); echo \"$(date +%s) [$out]\"; "
+        'case "$out" in *worker-0*worker-1*) exit 0;; esac; sleep 1; done; exit 1'
+    )]  # fmt: skip
+    job = jobs.create(doc)
+    assert jobs.wait_finished(job, timeout=240) == "Succeeded", jobs.describe(job)
+    launcher = jobs.launcher_pods(job)[0]["metadata"]["name"]
+    lines = [ln for ln in jobs.logs(launcher, main["name"]).splitlines() if ln.strip()]
+    seen = [ln.split(" ", 1)[1] for ln in lines]
+    alone = [s for s in seen if "worker-0" in s and "worker-1" not in s]
+    assert alone, lines  # worker 0 listed while worker 1 was still held back
+    assert "worker-1" in seen[-1] and "worker-0" in seen[-1], lines
+    assert all("worker-1" in s for s in seen[seen.index(seen[-1]):]), lines

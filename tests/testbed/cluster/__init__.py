@@ -1,0 +1,545 @@
+"""A real single-node Kubernetes with the real mpi-operator, for the cluster tier (tests/cluster/).
+
+``Cluster(workdir, bins)`` runs, as processes of this machine: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, a containerd of its own (Debian's, with runc and the CNI
+plugins), the kubelet, CoreDNS (the kubernetes plugin, configured as kubeadm 1.35 does, or with
+``dns="old-kubeadm"`` as kubeadm did before 1.32: ``cache 30`` over ``ttl 30``) and mpi-operator
+v0.8.2 with its own CRD. The binaries are built from upstream's Go modules by
+scripts/build-cluster (``bin_dir()``); the pin table is tests/testbed/cluster/PINS.
+
+What it does to the host, and undoes in ``stop()``:
+- a bridge ``BRIDGE`` (10.88.0.1/16, the pods' network and the node's address: the kubelet,
+  CoreDNS and the pods meet there, nothing listens on the machine's own address) and one
+  iptables ACCEPT rule for ``POD_CIDR`` in FORWARD (a stock Docker's DROP policy would drop
+  bridged pod traffic), tagged like containers.Engine's rules;
+- ``ip_forward`` and the sysctls the kubelet rewrites (``vm.overcommit_memory``, ``kernel.panic``
+  ...), restored to their values before;
+- cgroups under ``/<CGROUP_ROOT>`` in every v1 hierarchy (the kubelet's cgroupRoot);
+- the kubelet's root directory is a shared bind mount of itself (``/`` is private here);
+- the pods' network namespaces and mounts, removed with the pods.
+Name lookups stay inside: CoreDNS has no ``forward`` (names outside cluster.local fail), the
+kubelet's resolvConf is an empty file, and images never come from a registry: they are built by
+the test bed's container engine (``containers.Engine``, bases from debootstrap) and imported
+into the cluster's containerd; pods use ``imagePullPolicy: Never``.
+
+Stdlib only; importable without pytest. Needs root, Go (for scripts/build-cluster), Debian's
+containerd, runc, containernetworking-plugins, openssl and iptables.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from .._sys import ENV_TAG, b36, spawn
+from ..containers import RULE_TAG
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parents[2]
+NODE = "mpiwait-node"
+BRIDGE = "mwk8s0"
+NODE_IP = "10.88.0.1"
+POD_CIDR = "10.88.0.0/16"
+SERVICE_CIDR = "10.96.0.0/16"
+CGROUP_ROOT = "mpiwait-k8s"
+CGROUP_V1 = Path("/sys/fs/cgroup")
+CNI_BIN = "/usr/lib/cni"
+PAUSE_IMAGE = "docker.io/mpiwait-tests/pause:1"
+ETCD_PORT, ETCD_PEER = 23790, 23800
+API_PORT = 6443
+# The tag in a cluster's processes' environment and on its iptables rule (leaks.py looks for it).
+CLUSTER_PREFIX = "kc"
+TOOLS = ("containerd", "runc", "ctr", "openssl", "iptables", "ip", "mount")
+SYSCTLS = (
+    "net.ipv4.ip_forward",
+    "vm.overcommit_memory",
+    "vm.panic_on_oom",
+    "kernel.panic",
+    "kernel.panic_on_oops",
+    "kernel.keys.root_maxkeys",
+    "kernel.keys.root_maxbytes",
+)
+
+
+class ClusterError(RuntimeError):
+    pass
+
+
+def missing_requirements() -> str | None:
+    """Why a cluster cannot run here, or None."""
+    if os.geteuid() != 0:
+        return "needs root (runs a kubelet and a containerd)"
+    missing = [t for t in TOOLS if shutil.which(t) is None]
+    if not Path(CNI_BIN, "bridge").exists():
+        missing.append(f"{CNI_BIN}/bridge")
+    if missing:
+        need = "apt-get install containerd runc containernetworking-plugins openssl iptables"
+        return f"{', '.join(missing)} not installed ({need})"
+    if shutil.which("go") is None and not Path("/usr/local/go/bin/go").exists():
+        return "no Go toolchain (scripts/build-cluster builds the cluster from Go modules)"
+    return None
+
+
+def bin_dir(timeout: float = 3600) -> Path:
+    """scripts/build-cluster's output (built on first use, then cached): bin/, the CRD, PINS."""
+    p = subprocess.run(
+        [str(REPO / "scripts/build-cluster")], stdout=subprocess.PIPE, stderr=None,
+        text=True, timeout=timeout, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    if p.returncode != 0:
+        raise ClusterError(f"scripts/build-cluster failed (exit {p.returncode})")
+    return Path(p.stdout.strip().splitlines()[-1])
+
+
+def _run(argv: Sequence[str], timeout: float = 120, check: bool = True, **kw: Any) -> str:
+    p = subprocess.run(
+        list(argv), capture_output=True, text=True, timeout=timeout,
+        stdin=kw.pop("stdin", subprocess.DEVNULL), **kw,
+    )  # fmt: skip
+    if check and p.returncode != 0:
+        raise ClusterError(f"{' '.join(map(str, argv))[:300]}: exit {p.returncode}: {p.stderr[-2000:]}")
+    return p.stdout
+
+
+def _sysctl_path(name: str) -> Path:
+    return Path("/proc/sys") / name.replace(".", "/")
+
+
+def corefile(dns: str, kubeconfig: Path) -> str:
+    """CoreDNS's configuration: kubeadm 1.35's (``cache 30`` with cluster.local's answers not
+    cached, ``ttl 30``), or ``old-kubeadm``'s (plain ``cache 30``: a "no such name" for a worker
+    is kept up to 30 s after its pod is Ready). Bound to the node's address. Names outside the
+    cluster's zones get "no such name" from a catch-all, as a cluster's upstream resolver would
+    answer for a name like ``pi-worker-0.pi.default.svc.``: no query leaves the test bed."""
+    if dns not in ("kubeadm", "old-kubeadm"):
+        raise ValueError(f"dns: kubeadm or old-kubeadm, not {dns!r}")
+    cache = (
+        "    cache 30 {\n        disable success cluster.local\n"
+        "        disable denial cluster.local\n    }\n"
+        if dns == "kubeadm"
+        else "    cache 30\n"
+    )
+    return (
+        f"cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {{\n    bind {NODE_IP}\n    errors\n"
+        f"    health 127.0.0.1:18080\n"
+        f"    kubernetes cluster.local in-addr.arpa ip6.arpa {{\n"
+        f"        kubeconfig {kubeconfig}\n        pods insecure\n"
+        f"        fallthrough in-addr.arpa ip6.arpa\n        ttl 30\n    }}\n"
+        f"{cache}    loadbalance\n}}\n"
+        f".:53 {{\n    bind {NODE_IP}\n    errors\n    template ANY ANY {{\n        rcode NXDOMAIN\n    }}\n}}\n"
+    )
+
+
+def dns_answers(name: str, server: str = NODE_IP, timeout: float = 2.0) -> tuple[int, int] | None:
+    """(rcode, number of answers) of one A query for ``name`` to ``server``; None: no reply."""
+    import socket
+    import struct
+
+    qname = b"".join(bytes([len(p)]) + p.encode() for p in name.rstrip(".").split(".")) + b"\0"
+    query = struct.pack(">HHHHHH", 0x4D57, 0x0100, 1, 0, 0, 0) + qname + struct.pack(">HH", 1, 1)
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.settimeout(timeout)
+        try:
+            s.sendto(query, (server, 53))
+            reply = s.recv(512)
+        except OSError:
+            return None
+    return reply[3] & 0x0F, struct.unpack(">H", reply[6:8])[0]
+
+
+class Cluster:
+    """``with Cluster(workdir, bins) as c: c.kubectl("apply", "-f", ...)``."""
+
+    def __init__(self, workdir: Path, bins: Path, dns: str = "kubeadm") -> None:
+        self.workdir = workdir
+        self.bins = bins
+        self.dns = dns
+        self.tag = f"{CLUSTER_PREFIX}{b36(os.getpid())}-{id(self):x}"
+        self._procs: dict[str, subprocess.Popen[Any]] = {}
+        self._sysctls: dict[str, str] = {}
+        self._rules: list[list[str]] = []
+        self._netns_before: set[str] = set()
+        self.kubeconfig = workdir / "admin.kubeconfig"
+        self.logs = workdir / "logs"
+        self.ctr_sock = workdir / "containerd/containerd.sock"
+        self.kubelet_root = workdir / "kubelet"
+        self.started = 0.0
+
+    def __enter__(self) -> Cluster:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- start --------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        t0 = time.monotonic()
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        self.started = time.monotonic() - t0
+
+    def _start(self) -> None:
+        for d in ("logs", "pki", "etcd", "containerd", "cni", "kubelet", "kubelet-pki"):
+            (self.workdir / d).mkdir(parents=True, exist_ok=True)
+        self._netns_before = set(self._netns())
+        self._host()
+        self._pki()
+        self._spawn("etcd", [
+            "etcd", "--name", "k8s", "--data-dir", str(self.workdir / "etcd"),
+            "--listen-client-urls", f"http://127.0.0.1:{ETCD_PORT}",
+            "--advertise-client-urls", f"http://127.0.0.1:{ETCD_PORT}",
+            "--listen-peer-urls", f"http://127.0.0.1:{ETCD_PEER}",
+            "--initial-advertise-peer-urls", f"http://127.0.0.1:{ETCD_PEER}",
+            "--initial-cluster", f"k8s=http://127.0.0.1:{ETCD_PEER}",
+            "--listen-metrics-urls", "", "--unsafe-no-fsync", "--log-level", "warn",
+        ])  # fmt: skip
+        pki = self.workdir / "pki"
+        self._spawn("kube-apiserver", [
+            "kube-apiserver", f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
+            f"--secure-port={API_PORT}", "--bind-address=127.0.0.1",
+            f"--advertise-address={NODE_IP}", f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--tls-cert-file={pki}/apiserver.crt", f"--tls-private-key-file={pki}/apiserver.key",
+            f"--token-auth-file={pki}/tokens.csv",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={pki}/sa.pub",
+            f"--service-account-signing-key-file={pki}/sa.key",
+            "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
+            "--kubelet-preferred-address-types=InternalIP", "--profiling=false",
+            "--enable-priority-and-fairness=false", "--v=1",
+        ])  # fmt: skip
+        self._wait("the apiserver", lambda: self.kubectl("get", "--raw", "/readyz", check=False)
+                   .returncode == 0, 120)  # fmt: skip
+        self._spawn("kube-controller-manager", [
+            "kube-controller-manager", f"--kubeconfig={self.workdir}/kcm.kubeconfig",
+            "--use-service-account-credentials",
+            f"--service-account-private-key-file={pki}/sa.key", f"--root-ca-file={pki}/ca.crt",
+            "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
+            "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle", "--v=1",
+        ])  # fmt: skip
+        self._spawn("kube-scheduler", [
+            "kube-scheduler", f"--kubeconfig={self.workdir}/sched.kubeconfig",
+            "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0", "--v=1",
+        ])  # fmt: skip
+        self._containerd()
+        self._kubelet()
+        self._spawn("coredns", [
+            "coredns", "-conf", str(self._write("Corefile", corefile(self.dns, self.kubeconfig))),
+        ])  # fmt: skip
+        self._wait("CoreDNS answering for the cluster", lambda: dns_answers(
+            "kubernetes.default.svc.cluster.local") == (0, 1), 60)  # fmt: skip
+        crd = self.bins / "kubeflow.org_mpijobs.yaml"
+        self.kubectl("create", "-f", str(crd))
+        self.kubectl("create", "namespace", "mpi-operator")
+        self._wait("the MPIJob CRD", lambda: self.kubectl(
+            "get", "crd", "mpijobs.kubeflow.org", "-o",
+            "jsonpath={.status.conditions[?(@.type=='Established')].status}", check=False,
+        ).stdout == "True", 60)  # fmt: skip
+        self._spawn("mpi-operator", [
+            "mpi-operator", f"--kubeConfig={self.kubeconfig}", "--lock-namespace=mpi-operator",
+            "-alsologtostderr",
+        ])  # fmt: skip
+        self._wait("the node", lambda: self.kubectl(
+            "get", "node", NODE, "-o",
+            "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False,
+        ).stdout == "True", 180)  # fmt: skip
+        self._wait("the default ServiceAccount", lambda: self.kubectl(
+            "get", "serviceaccount", "default", check=False).returncode == 0, 60)  # fmt: skip
+
+    def _host(self) -> None:
+        for name in SYSCTLS:
+            self._sysctls[name] = _sysctl_path(name).read_text().strip()
+        _sysctl_path("net.ipv4.ip_forward").write_text("1")
+        if BRIDGE not in _run(["ip", "-o", "link", "show"]):
+            _run(["ip", "link", "add", BRIDGE, "type", "bridge"])
+        _run(["ip", "addr", "replace", f"{NODE_IP}/16", "dev", BRIDGE])
+        _run(["ip", "link", "set", BRIDGE, "up"])
+        rule = [
+            "-s", POD_CIDR, "-d", POD_CIDR,
+            "-m", "comment", "--comment", f"{RULE_TAG}{self.tag}", "-j", "ACCEPT",
+        ]  # fmt: skip
+        _run(["iptables", "-w", "-I", "FORWARD", "1", *rule])
+        self._rules.append(rule)
+        for hierarchy in self._cgroup_hierarchies():
+            (hierarchy / CGROUP_ROOT).mkdir(exist_ok=True)
+        # The kubelet's volumes must propagate into containers; this machine's / is private.
+        _run(["mount", "--bind", str(self.kubelet_root), str(self.kubelet_root)])
+        _run(["mount", "--make-rshared", str(self.kubelet_root)])
+
+    @staticmethod
+    def _cgroup_hierarchies() -> list[Path]:
+        if not CGROUP_V1.is_dir():
+            return []
+        return [
+            p for p in sorted(CGROUP_V1.iterdir())
+            if p.is_dir() and not p.is_symlink() and (p / "cgroup.procs").exists()
+        ]  # fmt: skip
+
+    def _pki(self) -> None:
+        pki = self.workdir / "pki"
+        _run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
+              f"{pki}/ca.key", "-out", f"{pki}/ca.crt", "-days", "30", "-subj", "/CN=mpiwait-test-ca"])  # fmt: skip
+        san = (
+            "subjectAltName=DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,"
+            "DNS:kubernetes.default.svc.cluster.local,DNS:localhost,IP:127.0.0.1,IP:10.96.0.1,"
+            f"IP:{NODE_IP}\nextendedKeyUsage=serverAuth\n"
+        )
+        (pki / "ext").write_text(san)
+        _run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{pki}/apiserver.key",
+              "-out", f"{pki}/apiserver.csr", "-subj", "/CN=kube-apiserver"])  # fmt: skip
+        _run(["openssl", "x509", "-req", "-in", f"{pki}/apiserver.csr", "-CA", f"{pki}/ca.crt",
+              "-CAkey", f"{pki}/ca.key", "-CAcreateserial", "-days", "30",
+              "-out", f"{pki}/apiserver.crt", "-extfile", f"{pki}/ext"])  # fmt: skip
+        _run(["openssl", "genrsa", "-out", f"{pki}/sa.key", "2048"])
+        _run(["openssl", "rsa", "-in", f"{pki}/sa.key", "-pubout", "-out", f"{pki}/sa.pub"])
+        users = {  # kubeconfig name: (user, groups)
+            "admin": ("admin", "system:masters"),
+            "kubelet": (f"system:node:{NODE}", "system:nodes"),
+            "kcm": ("system:kube-controller-manager", ""),
+            "sched": ("system:kube-scheduler", ""),
+        }
+        rows = []
+        ca = base64.b64encode((pki / "ca.crt").read_bytes()).decode()
+        for name, (user, groups) in users.items():
+            token = secrets.token_hex(16)
+            rows.append(f'{token},{user},{user},"{groups}"')
+            self._write(f"{name}.kubeconfig", json.dumps({
+                "apiVersion": "v1", "kind": "Config", "current-context": "c",
+                "clusters": [{"name": "c", "cluster": {
+                    "server": f"https://127.0.0.1:{API_PORT}", "certificate-authority-data": ca}}],
+                "users": [{"name": "u", "user": {"token": token}}],
+                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u",
+                                                        "namespace": "default"}}],
+            }))  # fmt: skip
+        (pki / "tokens.csv").write_text("\n".join(rows) + "\n")
+        for f in pki.iterdir():
+            f.chmod(0o600)
+
+    def _containerd(self) -> None:
+        ctr = self.workdir / "containerd"
+        cni = self.workdir / "cni"
+        (cni / "10-mpiwait.conflist").write_text(json.dumps({
+            "cniVersion": "1.0.0", "name": "mpiwait-pods",
+            "plugins": [{
+                "type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR, "gateway": NODE_IP}]],
+                         "dataDir": str(self.workdir / "cni-ipam")},
+            }],
+        }))  # fmt: skip
+        self._write("containerd/config.toml", (
+            "version = 2\n"
+            f'root = "{ctr}/root"\nstate = "{ctr}/state"\n'
+            f'[grpc]\n  address = "{self.ctr_sock}"\n'
+            f'[ttrpc]\n  address = "{self.ctr_sock}.ttrpc"\n'
+            '[debug]\n  address = ""\n[metrics]\n  address = ""\n'
+            '[plugins."io.containerd.grpc.v1.cri"]\n'
+            f'  sandbox_image = "{PAUSE_IMAGE}"\n'
+            "  enable_selinux = false\n"
+            # This machine withholds CAP_SYS_RESOURCE even from root: the kubelet's -998 for the
+            # sandbox (and -997 for Guaranteed pods) cannot be set; containerd clamps them to its own.
+            "  restrict_oom_score_adj = true\n"
+            '  [plugins."io.containerd.grpc.v1.cri".containerd]\n'
+            '    snapshotter = "overlayfs"\n    default_runtime_name = "runc"\n'
+            '    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
+            '      runtime_type = "io.containerd.runc.v2"\n'
+            '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
+            "        SystemdCgroup = false\n"
+            '  [plugins."io.containerd.grpc.v1.cri".cni]\n'
+            f'    bin_dir = "{CNI_BIN}"\n    conf_dir = "{cni}"\n'
+        ))  # fmt: skip
+        self._spawn("containerd", ["containerd", "--config", str(ctr / "config.toml")], bins=False)
+        self._wait("containerd", self.ctr_sock.exists, 60)
+
+    def import_image(self, tar: Path) -> None:
+        """A ``docker save`` archive into the cluster's containerd (CRI's namespace)."""
+        _run(["ctr", "-a", str(self.ctr_sock), "-n", "k8s.io", "images", "import",
+              "--no-unpack", str(tar)], timeout=600)  # fmt: skip
+
+    def images(self) -> list[str]:
+        out = _run(["ctr", "-a", str(self.ctr_sock), "-n", "k8s.io", "images", "ls", "-q"])
+        return out.split()
+
+    def _kubelet(self) -> None:
+        resolv = self._write("resolv.conf", "")
+        config = self._write("kubelet.yaml", json.dumps({
+            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
+            "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupRoot": f"/{CGROUP_ROOT}",
+            "failSwapOn": False,
+            "containerRuntimeEndpoint": f"unix://{self.ctr_sock}",
+            "address": NODE_IP, "port": 10250, "healthzPort": 0, "readOnlyPort": 0,
+            "clusterDomain": "cluster.local", "clusterDNS": [NODE_IP], "resolvConf": str(resolv),
+            "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
+            "authorization": {"mode": "AlwaysAllow"},
+            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
+                             "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
+            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
+            "serializeImagePulls": False, "registerNode": True,
+            "maxPods": 60, "podPidsLimit": -1,
+            "syncFrequency": "10s", "fileCheckFrequency": "10s",
+            "nodeStatusUpdateFrequency": "4s", "shutdownGracePeriod": "0s",
+        }))  # fmt: skip
+        self._spawn("kubelet", [
+            "kubelet", f"--config={config}", f"--kubeconfig={self.workdir}/kubelet.kubeconfig",
+            f"--hostname-override={NODE}", f"--node-ip={NODE_IP}",
+            f"--root-dir={self.kubelet_root}", f"--cert-dir={self.workdir}/kubelet-pki", "--v=1",
+        ])  # fmt: skip
+
+    # --- use ----------------------------------------------------------------------------------
+
+    def kubectl(
+        self, *args: str, check: bool = True, timeout: float = 120, input: str | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        p = subprocess.run(
+            [str(self.bins / "bin/kubectl"), f"--kubeconfig={self.kubeconfig}", *args],
+            capture_output=True, text=True, timeout=timeout, input=input,
+            stdin=None if input is not None else subprocess.DEVNULL,
+        )  # fmt: skip
+        if check and p.returncode != 0:
+            raise ClusterError(f"kubectl {' '.join(args)[:300]}: exit {p.returncode}: {p.stderr[-2000:]}")
+        return p
+
+    def get(self, *args: str) -> Any:
+        """``kubectl get ARGS -o json``, parsed."""
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def apply(self, manifest: str | dict[str, Any]) -> None:
+        text = manifest if isinstance(manifest, str) else json.dumps(manifest)
+        self.kubectl("apply", "-f", "-", input=text)
+
+    def log(self, component: str) -> str:
+        path = self.logs / f"{component}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def _spawn(self, name: str, argv: list[str], bins: bool = True) -> None:
+        if bins:
+            argv = [str(self.bins / "bin" / argv[0]), *argv[1:]]
+        self._procs[name] = spawn(argv, self.logs / f"{name}.log", {
+            "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"), "HOME": "/root",
+            ENV_TAG: self.tag,
+        })  # fmt: skip
+
+    def _write(self, name: str, text: str) -> Path:
+        path = self.workdir / name
+        path.write_text(text)
+        return path
+
+    def _wait(self, what: str, ready: Any, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while not ready():
+            dead = [n for n, p in self._procs.items() if p.poll() is not None]
+            if dead:
+                raise ClusterError(f"{what}: {dead[0]} exited: {self.log(dead[0])[-3000:]}")
+            if time.monotonic() > deadline:
+                raise ClusterError(f"{what} not ready within {timeout:.0f} s")
+            time.sleep(0.2)
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self._procs.values()]
+
+    # --- stop ---------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Pods first (so the kubelet unmounts their volumes and CNI removes their network), then
+        the processes in reverse order, then what is left on the host; leaves nothing behind."""
+        if "kubelet" in self._procs and self._procs["kubelet"].poll() is None:
+            with contextlib.suppress(Exception):
+                self.kubectl("delete", "mpijobs", "--all", "--all-namespaces", "--wait=false",
+                             check=False)  # fmt: skip
+                self.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=1",
+                             "--wait=false", check=False)  # fmt: skip
+                deadline = time.monotonic() + 60
+                while time.monotonic() < deadline and self.kubectl(
+                    "get", "pods", "-A", "-o", "name", check=False
+                ).stdout.strip():
+                    time.sleep(0.5)
+        for name in reversed(list(self._procs)):
+            p = self._procs[name]
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait(10)
+        self._procs.clear()
+        self._kill_pods_processes()
+        self._unmount()
+        for ns in set(self._netns()) - self._netns_before:
+            if ns.startswith("cni-"):
+                subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
+        subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True)
+        while self._rules:
+            subprocess.run(["iptables", "-w", "-D", "FORWARD", *self._rules.pop()],
+                           capture_output=True)  # fmt: skip
+        for hierarchy in self._cgroup_hierarchies():
+            root = hierarchy / CGROUP_ROOT
+            if root.is_dir():
+                for d in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
+                    with contextlib.suppress(OSError):
+                        d.rmdir()
+                with contextlib.suppress(OSError):
+                    root.rmdir()
+        for name, value in self._sysctls.items():
+            with contextlib.suppress(OSError):
+                _sysctl_path(name).write_text(value)
+        self._sysctls.clear()
+
+    def _kill_pods_processes(self) -> None:
+        """Shims and containers' processes (each in the cluster's cgroups or tagged)."""
+        pids: set[int] = set()
+        for hierarchy in self._cgroup_hierarchies():
+            root = hierarchy / CGROUP_ROOT
+            for procs in root.rglob("cgroup.procs") if root.is_dir() else ():
+                with contextlib.suppress(OSError):
+                    pids |= {int(x) for x in procs.read_text().split()}
+        for pid_dir in Path("/proc").iterdir():
+            if pid_dir.name.isdigit():
+                with contextlib.suppress(OSError):
+                    cmd = (pid_dir / "cmdline").read_bytes()
+                    if b"containerd-shim" in cmd and str(self.ctr_sock).encode() in cmd or (
+                        f"{ENV_TAG}={self.tag}".encode() in (pid_dir / "environ").read_bytes()
+                    ):
+                        pids.add(int(pid_dir.name))
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
+            time.sleep(0.1)
+
+    def _unmount(self) -> None:
+        roots = (str(self.workdir), "/run/netns/cni-", "/var/run/netns/cni-")
+        for mnt in reversed(Path("/proc/self/mounts").read_text().splitlines()):
+            target = mnt.split()[1].replace("\\040", " ")
+            if target.startswith(roots):
+                subprocess.run(["umount", "-l", target], capture_output=True)
+
+    @staticmethod
+    def _netns() -> list[str]:
+        p = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
+        return [line.split()[0] for line in p.stdout.splitlines() if line.strip()]
+
+
+@contextlib.contextmanager
+def running(workdir: Path, bins: Path, dns: str = "kubeadm") -> Iterator[Cluster]:
+    c = Cluster(workdir, bins, dns)
+    c.start()
+    try:
+        yield c
+    finally:
+        c.stop()

@@ -1,0 +1,108 @@
+"""The cluster tier's images, built without a registry by the test bed's container engine (bases
+from debootstrap) and handed to the cluster's containerd as ``docker save`` archives.
+
+- ``PAUSE``: the pod sandbox (modules/pause, a static binary in an empty image).
+- ``MPIWAIT``: this repository's Dockerfile, built as the release builds it (scripts/build-image).
+- ``OPENMPI``: an Open MPI 4 image with mpi-operator's base-image ssh settings
+  (``StrictHostKeyChecking no`` and ``UserKnownHostsFile /dev/null`` in ssh_config; Debian 12,
+  OpenSSH 9.2), as root with sshd on port 22: what initcontainer.yaml's tensorflow-benchmarks
+  image is to mpiwait and mpirun.
+- ``MPICH_PI``: the operator's MPICH pi image (``mpioperator/mpi-pi:mpich``: trixie, MPICH,
+  client and server on port 2222, mpiuser with its own sshd config), and ``PI_MPIWAIT``:
+  examples/kubernetes/entrypoint.Dockerfile built unchanged on it.
+``/home/mpiuser/pi`` and ``/usr/local/bin/pi`` print the host they ran on (no compiler in the
+images): mpirun reaching every worker is what the tier checks.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+from .. import containers
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def _version() -> str:
+    return subprocess.run(
+        ["python3", str(REPO / "scripts/version")], capture_output=True, text=True, check=True
+    ).stdout.strip()
+
+
+VERSION = _version()
+PAUSE = "docker.io/mpiwait-tests/pause:1"
+MPIWAIT = f"ghcr.io/mpiwait/mpiwait:{VERSION}"
+OPENMPI = "docker.io/mpiwait-tests/openmpi:bookworm"
+MPICH_PI = "docker.io/mpioperator/mpi-pi:mpich"
+PI_MPIWAIT = f"ghcr.io/mpiwait/pi-mpich-mpiwait:{VERSION}"
+ALL = (PAUSE, MPIWAIT, OPENMPI, MPICH_PI, PI_MPIWAIT)
+
+# mpi-operator v0.8.2's build/base/Dockerfile's ssh settings with Open MPI 4 (Debian 12's 4.1,
+# OpenSSH 9.2), as root on port 22: what the operator's tensorflow-benchmarks and Horovod images
+# are (Open MPI 4, sshd as root on 22). trixie's Open MPI is 5, which ignores the operator's
+# OMPI_MCA_orte_* variables and would run every rank on the launcher.
+OPENMPI_DOCKERFILE = r"""
+FROM debian:bookworm-slim
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        openssh-server openssh-client openmpi-bin hostname \
+    && rm -rf /var/lib/apt/lists/* \
+    && mkdir -p /var/run/sshd \
+    && sed -i "s/[ #]\(.*StrictHostKeyChecking \).*/ \1no/g" /etc/ssh/ssh_config \
+    && echo "    UserKnownHostsFile /dev/null" >> /etc/ssh/ssh_config \
+    && sed -i "s/#\(StrictModes \).*/\1no/g" /etc/ssh/sshd_config \
+    && printf '#!/bin/sh\necho "pi on $(hostname)"\n' > /usr/local/bin/pi \
+    && chmod 0755 /usr/local/bin/pi
+"""
+
+# mpi-operator v0.8.2's build/base/Dockerfile and mpich.Dockerfile, as the pi example sees them.
+MPICH_PI_DOCKERFILE = r"""
+FROM debian:trixie-slim
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        openssh-server openssh-client mpich hostname \
+    && rm -rf /var/lib/apt/lists/* \
+    && mkdir -p /var/run/sshd \
+    && sed -i "s/[ #]\(.*StrictHostKeyChecking \).*/ \1no/g" /etc/ssh/ssh_config \
+    && echo "    UserKnownHostsFile /dev/null" >> /etc/ssh/ssh_config \
+    && sed -i "s/[ #]\(.*Port \).*/ \12222/g" /etc/ssh/ssh_config \
+    && sed -i "s/#\(StrictModes \).*/\1no/g" /etc/ssh/sshd_config \
+    && sed -i "s/#\(Port \).*/\12222/g" /etc/ssh/sshd_config \
+    && useradd -m -u 1000 -s /bin/bash mpiuser && usermod -p '*' mpiuser \
+    && printf 'PidFile %s/sshd.pid\nHostKey %s/.ssh/id_rsa\nStrictModes no\nPort 2222\n' \
+        /home/mpiuser /home/mpiuser > /home/mpiuser/.sshd_config \
+    && printf '#!/bin/sh\necho "pi on $(hostname)"\n' > /home/mpiuser/pi \
+    && chmod 0755 /home/mpiuser/pi && chown -R mpiuser:mpiuser /home/mpiuser
+WORKDIR /home/mpiuser
+"""
+
+
+def build_all(engine: containers.Engine, bins: Path, out: Path) -> Path:
+    """Build every image of the tier with ``engine``; one ``docker save`` archive of them all
+    (layers they share stored once), in ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    ctx = out / "pause-ctx"
+    ctx.mkdir(exist_ok=True)
+    shutil.copy2(bins / "bin/pause", ctx / "pause")
+    (ctx / "Dockerfile").write_text('FROM scratch\nCOPY pause /pause\nENTRYPOINT ["/pause"]\n')
+    engine.build(ctx, PAUSE)
+    engine.debian_base("bookworm")
+    engine.debian_base("trixie")
+    p = subprocess.run(
+        [str(REPO / "scripts/build-image"), "--tag", MPIWAIT, "--", "--network", "host"],
+        env=engine.env, capture_output=True, text=True, timeout=3600,
+    )  # fmt: skip
+    if p.returncode != 0:
+        raise containers.EngineError(f"scripts/build-image: {p.stdout[-2000:]}{p.stderr[-2000:]}")
+    for ref, dockerfile in ((OPENMPI, OPENMPI_DOCKERFILE), (MPICH_PI, MPICH_PI_DOCKERFILE)):
+        ctx = out / ref.rsplit("/", 1)[-1].replace(":", "-")
+        ctx.mkdir(exist_ok=True)
+        (ctx / "Dockerfile").write_text(dockerfile)
+        engine.build(ctx, ref)
+    k8s = REPO / "examples/kubernetes"
+    engine.build(k8s, PI_MPIWAIT, "-f", str(k8s / "entrypoint.Dockerfile"))
+    tar = out / "images.tar"
+    engine.docker("save", "-o", str(tar), *ALL, timeout=900)
+    return tar

@@ -1,0 +1,3 @@
+module mpiwait.test/cluster/pause
+
+go 1.25.0

@@ -1,0 +1,164 @@
+"""MPIJobs on a test Cluster: the examples as users paste them, with only what a cluster without a
+registry needs changed (``as_deployed``), and what a user would look at afterwards (the job's
+conditions, the launcher's pods and restarts, ``kubectl logs``)."""
+
+from __future__ import annotations
+
+import copy
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from . import Cluster, ClusterError, images
+
+REPO = Path(__file__).resolve().parents[3]
+EXAMPLES = REPO / "examples/kubernetes"
+# Image names in the examples (what releases publish) -> the images the tier built.
+IMAGE_MAP = {
+    "mpioperator/tensorflow-benchmarks:latest": images.OPENMPI,
+    "horovod/horovod:0.28.1": images.OPENMPI,
+}
+LAUNCHER = "training.kubeflow.org/job-role=launcher"
+WORKER = "training.kubeflow.org/job-role=worker"
+
+
+def load_example(name: str) -> dict[str, Any]:
+    import yaml  # a test extra
+
+    doc = yaml.safe_load((EXAMPLES / name).read_text())
+    assert isinstance(doc, dict)
+    return doc
+
+
+def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    pod = spec["template"]["spec"]
+    return [*pod.get("initContainers", []), *pod.get("containers", [])]
+
+
+def as_deployed(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with the images the tier built and ``imagePullPolicy: Never`` (no registry);
+    nothing else changed."""
+    doc = copy.deepcopy(doc)
+    for spec in doc["spec"]["mpiReplicaSpecs"].values():
+        for c in _containers(spec):
+            c["image"] = IMAGE_MAP.get(c["image"], c["image"])
+            c["imagePullPolicy"] = "Never"
+    return doc
+
+
+def hold_back(doc: dict[str, Any], worker: int, seconds: int) -> dict[str, Any]:
+    """Worker ``worker`` starts its sshd ``seconds`` late: an initContainer that sleeps stands for
+    its image pull (the template is every worker's, so it sleeps by the pod's name)."""
+    doc = copy.deepcopy(doc)
+    spec = doc["spec"]["mpiReplicaSpecs"]["Worker"]
+    pod = spec["template"]["spec"]
+    image = pod["containers"][0]["image"]
+    pod.setdefault("initContainers", []).insert(0, {
+        "name": "image-pull",
+        "image": image,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", f'case "$(hostname)" in *-worker-{worker}) sleep {seconds};; esac'],
+    })  # fmt: skip
+    return doc
+
+
+def without_init(doc: dict[str, Any]) -> dict[str, Any]:
+    """The launcher without its initContainers (the control: the same job without mpiwait)."""
+    doc = copy.deepcopy(doc)
+    doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"].pop("initContainers", None)
+    return doc
+
+
+class Jobs:
+    """One namespace of a Cluster, for one test."""
+
+    def __init__(self, cluster: Cluster, namespace: str) -> None:
+        self.cluster = cluster
+        self.ns = namespace
+        self.kubectl("create", "namespace", namespace, namespaced=False)
+        self.cluster.kubectl(
+            "wait", "--for=jsonpath={.metadata.name}=default", "-n", namespace,
+            "serviceaccount/default", "--timeout=60s",
+        )  # fmt: skip
+
+    def kubectl(self, *args: str, namespaced: bool = True, **kw: Any) -> Any:
+        ns = ("-n", self.ns) if namespaced else ()
+        return self.cluster.kubectl(*ns, *args, **kw)
+
+    def get(self, *args: str) -> Any:
+        return json.loads(self.kubectl("get", *args, "-o", "json").stdout)
+
+    def create(self, doc: dict[str, Any]) -> str:
+        self.kubectl("create", "-f", "-", input=json.dumps(doc))
+        name = doc["metadata"]["name"]
+        assert isinstance(name, str)
+        return name
+
+    def patch(self, kind: str, name: str, patch: dict[str, Any]) -> None:
+        self.kubectl("patch", kind, name, "--type=merge", "-p", json.dumps(patch))
+
+    def condition(self, job: str) -> str | None:
+        """"Succeeded" or "Failed" once the MPIJob has finished, else None."""
+        status = self.get("mpijob", job).get("status", {})
+        for c in status.get("conditions", []):
+            if c["type"] in ("Succeeded", "Failed") and c["status"] == "True":
+                return str(c["type"])
+        return None
+
+    def wait_finished(self, job: str, timeout: float = 300) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            done = self.condition(job)
+            if done:
+                return done
+            time.sleep(1)
+        raise ClusterError(f"MPIJob {job} not finished in {timeout:.0f} s:\n{self.describe(job)}")
+
+    def wait_for(self, what: str, ready: Any, timeout: float = 180) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            got = ready()
+            if got:
+                return got
+            time.sleep(0.5)
+        raise ClusterError(f"{what}: not within {timeout:.0f} s")
+
+    def pods(self, selector: str) -> list[dict[str, Any]]:
+        items = self.get("pods", "-l", selector)["items"]
+        assert isinstance(items, list)
+        return sorted(items, key=lambda p: p["metadata"]["creationTimestamp"])
+
+    def launcher_pods(self, job: str) -> list[dict[str, Any]]:
+        return self.pods(f"{LAUNCHER},training.kubeflow.org/job-name={job}")
+
+    def worker_pods(self, job: str) -> list[dict[str, Any]]:
+        return self.pods(f"{WORKER},training.kubeflow.org/job-name={job}")
+
+    def launcher_job(self, job: str) -> dict[str, Any]:
+        got = self.get("job", f"{job}-launcher")
+        assert isinstance(got, dict)
+        return got
+
+    def logs(self, pod: str, container: str | None = None) -> str:
+        args = ["logs", pod] + (["-c", container] if container else [])
+        out = self.kubectl(*args, check=False).stdout
+        assert isinstance(out, str)
+        return out
+
+    def describe(self, job: str) -> str:
+        out = [self.kubectl("get", "mpijob,job,pods", "-o", "wide", check=False).stdout]
+        for pod in self.launcher_pods(job):
+            name = pod["metadata"]["name"]
+            for c in _containers({"template": {"spec": pod["spec"]}}):
+                out.append(f"--- {name}/{c['name']}\n{self.logs(name, c['name'])[-3000:]}")
+        out.append(self.kubectl("get", "events", "--sort-by=.lastTimestamp", check=False).stdout[-4000:])
+        return "\n".join(out)
+
+    def close(self) -> None:
+        self.cluster.kubectl("delete", "namespace", self.ns, "--wait=false", check=False)
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            if not self.kubectl("get", "pods", "-o", "name", check=False).stdout.strip():
+                break
+            time.sleep(0.5)
