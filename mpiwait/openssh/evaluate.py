@@ -673,7 +673,7 @@ def _is_addr(name: str) -> bool:
     try:
         socket.inet_aton(name)  # what getaddrinfo(AI_NUMERICHOST) takes: 0x7f.1, 127.1, ...
         return True
-    except OSError:
+    except (OSError, UnicodeError):  # a byte that is not UTF-8 (surrogate) is no address either
         return False
 
 
