@@ -118,6 +118,7 @@ class Client:
                 [self.path, "-G", *args],
                 capture_output=True,
                 text=True,
+                errors="surrogateescape",  # ssh prints the config's bytes as they are
                 env=dict(environ),
                 stdin=subprocess.DEVNULL,
                 timeout=ASK_TIMEOUT,

@@ -69,6 +69,9 @@ _MATCH_WITH_ARG = frozenset(
 )
 # Criteria whose argument may be empty (an empty tag, no command).
 _MATCH_EMPTY_OK = frozenset({"tagged", "command"})
+# What ``Match command`` sees of mpirun's remote command: not empty, and no text a pattern could
+# name (a NUL cannot be in one), so only patterns every command matches (``*``, ``?*``) hold.
+UNKNOWN_COMMAND = "\0"
 # %-tokens of Match exec (%j from 9.3).
 _EXEC_TOKENS = frozenset("%CdhiklLnpru")
 
@@ -138,8 +141,8 @@ class Evaluator:
         self.rules = rules
         # tolerant: ssh -G accepted these files; lines only another release accepts are skipped
         self._tolerant = tolerant
-        # Match command / sessiontype see the command ssh runs; None: one whose text is not
-        # known here (mpirun's), so "exec" and an empty command.
+        # Match command / sessiontype see the command ssh runs; None: mpirun's (orted, prted,
+        # hydra_pmi_proxy, ...), never empty, its text not known here: "exec", UNKNOWN_COMMAND.
         self._remote_command = remote_command
         self._files: dict[tuple[str, bool], tuple[Line, ...] | None] = {}
         self._globs: dict[str, tuple[str, ...]] = {}
@@ -432,7 +435,10 @@ class Evaluator:
         if name == "sessiontype":
             return match_pattern_list(self._session_type(opts), arg, lower=False) == 1
         # tagged, command: an empty value matches only an empty pattern
-        value = opts.scalars.get("tag", "") if name == "tagged" else self._remote_command or ""
+        if name == "tagged":
+            value = opts.scalars.get("tag", "")
+        else:
+            value = UNKNOWN_COMMAND if self._remote_command is None else self._remote_command
         if value == "":
             return arg == ""
         return match_pattern_list(value, arg, lower=False) == 1
@@ -673,7 +679,7 @@ def _is_addr(name: str) -> bool:
     try:
         socket.inet_aton(name)  # what getaddrinfo(AI_NUMERICHOST) takes: 0x7f.1, 127.1, ...
         return True
-    except OSError:
+    except (OSError, UnicodeError):  # a byte that is not UTF-8 (surrogate) is no address either
         return False
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import TextIO
 
 from mpiwait.output.groups import NAMES_PER_GROUP, group_not_ready, ready_count
+from mpiwait.output.printable import writable
 from mpiwait.wait import events as ev
 
 # In every record; raised when a field is removed, renamed or changes type
@@ -25,7 +26,18 @@ def json_record(kind: str, **fields: object) -> str:
         "event": kind,
         **fields,
     }
-    return json.dumps(record, default=str)
+    return json.dumps(_writable(record), default=lambda value: writable(str(value)))
+
+
+def _writable(value: object) -> object:
+    """``value`` with every string in it writable: JSON has no lone surrogates."""
+    if isinstance(value, str):
+        return writable(value)
+    if isinstance(value, dict):
+        return {key: _writable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_writable(item) for item in value]
+    return value
 
 
 @dataclass

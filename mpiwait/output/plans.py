@@ -9,6 +9,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
+from mpiwait.output.printable import printable
+
 
 @dataclass(frozen=True)
 class HostPlan:
@@ -31,17 +33,19 @@ def print_plan(
 ) -> None:
     """Each host's address, port, user and the keys ssh will try."""
     out = out if out is not None else sys.stdout
-    out.write(f"# {len(hosts)} hosts from: {'; '.join(sources) or 'no source'}\n")
+    _write(out, f"# {len(hosts)} hosts from: {'; '.join(sources) or 'no source'}")
     if skipped_self:
-        out.write(
-            f"# this machine: {', '.join(skipped_self)} (no login; only its name must resolve)\n"
+        _write(
+            out,
+            f"# this machine: {', '.join(skipped_self)} (no login; only its name must resolve)",
         )
     for host in hosts:
-        out.write(
+        _write(
+            out,
             f"{host.name} address={host.address} port={host.port} user={host.user} "
             f"identity={','.join(host.identity_files) or '(none found)'} "
             f"strict_host_key_checking={host.strict_host_key_checking} "
-            f"connect_timeout={host.connect_timeout:g}\n"
+            f"connect_timeout={host.connect_timeout:g}",
         )
     out.flush()
 
@@ -49,8 +53,7 @@ def print_plan(
 def print_launch_plan(description: str, lines: Iterable[str], out: TextIO | None = None) -> None:
     """With an MPI COMMAND: which MPI, and what the launch would be handed."""
     out = out if out is not None else sys.stdout
-    out.write(f"# launch: {description}\n")
-    out.write("".join(f"# {line}\n" for line in lines))
+    _write(out, f"# launch: {description}", *(f"# {line}" for line in lines))
     out.flush()
 
 
@@ -59,8 +62,8 @@ def print_worker_plan(role_line: str, command: tuple[str, ...], out: TextIO | No
     import shlex
 
     out = out if out is not None else sys.stdout
-    out.write(f"# {role_line}: not waiting for any host\n")
-    out.write(f"exec {shlex.join(command)}\n" if command else "exit 0\n")
+    _write(out, f"# {role_line}: not waiting for any host")
+    _write(out, f"exec {shlex.join(command)}" if command else "exit 0")
     out.flush()
 
 
@@ -113,3 +116,8 @@ def print_worker_plan_json(
     )  # fmt: skip
     out.write(record + "\n")
     out.flush()
+
+
+def _write(out: TextIO, *lines: str) -> None:
+    # A config's stray byte or control character shows as an escape; never unwritable.
+    out.write("".join(printable(line) + "\n" for line in lines))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from mpiwait.output.printable import printable
+
 # Kubernetes keeps at most this many bytes of a termination message.
 TERMINATION_LOG_BYTES = 4096
 
@@ -20,7 +22,7 @@ def write_termination_log(path: Path | None, lines: list[str], *, create: bool =
         return
     # Bytes, not characters: one non-ASCII name would otherwise push past the limit. A
     # character cut in half at the end is dropped rather than left broken.
-    data = ("\n".join(lines) + "\n").encode("utf-8")[:TERMINATION_LOG_BYTES]
+    data = ("\n".join(map(printable, lines)) + "\n").encode("utf-8")[:TERMINATION_LOG_BYTES]
     data = data.decode("utf-8", "ignore").encode("utf-8")
     try:
         if path.is_file() or path.is_char_device():

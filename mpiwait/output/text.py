@@ -13,6 +13,7 @@ from typing import TextIO
 
 from mpiwait.hosts.hostfile import count_hosts, hosts_word
 from mpiwait.output.groups import NAMES_PER_GROUP, group_not_ready, ready_count
+from mpiwait.output.printable import printable
 from mpiwait.probe.outcome import Stage
 from mpiwait.wait import events as ev
 
@@ -107,7 +108,7 @@ class TextEvents:
     _last_progress: int = 0
 
     def line(self, text: str) -> None:
-        self.stream.write(PREFIX + text + "\n")
+        self.stream.write(PREFIX + printable(text) + "\n")
         self.stream.flush()
 
     def error(self, message: str, hint: str | None = None, *, exit_code: int) -> None:

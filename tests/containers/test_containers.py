@@ -12,6 +12,7 @@ against real sshd workers:
   mpi-operator's mpi-pi:mpich (MPICH, mpiuser, sshd on 2222, /etc/ssh/ssh_config), workers and
   launcher from that one image told apart by K_MPI_JOB_ROLE, one worker started late;
 - the Compose example with the README's command, under compose v2 and Debian 12's compose 1.29;
+- a plain `docker build .` of the Dockerfile, no build arguments;
 - the release build (scripts/build-image): OCI labels, the SBOM against the lock, the commit in
   --version, a second build from scratch giving the same /opt/mpiwait; the image ≤ 70 MB;
 - linux/arm64 under qemu-user-static: the image built from a debootstrap arm64 base, as an
@@ -449,6 +450,23 @@ def _check_release_image(engine: containers.Engine, image: str, arch: str) -> No
 
 def test_release_image_labels_sbom_and_version(engine, mpiwait_image):
     _check_release_image(engine, mpiwait_image, "amd64")
+
+
+def test_plain_docker_build_of_the_dockerfile(engine):
+    """`docker build .` as anyone (and most CI pipelines) runs it first: no build arguments,
+    not through scripts/build-image (only --network host, as this engine has no bridge). Its
+    empty SOURCE_DATE_EPOCH once ended the wheel build in a traceback."""
+    engine.debian_base("bookworm")
+    plain = "mpiwait-tests/plain-build"
+    engine.build(REPO, plain)
+    p = engine.docker("run", "--rm", plain, "--version", "--log-format", "json")
+    info = json.loads(p.stdout)
+    assert info["version"] == mpiwait.__version__
+    assert (info["commit"], info["commit_date"]) == ("unknown", "unknown")  # not stamped
+    read = "print(open('/opt/mpiwait/sbom.cdx.json').read())"
+    python = ["--entrypoint", "/opt/mpiwait/bin/python3"]
+    sbom = json.loads(engine.docker("run", "--rm", *python, plain, "-ISc", read).stdout)
+    assert "timestamp" not in sbom["metadata"]  # no epoch given: no time claimed
 
 
 def bundle_files(engine: containers.Engine, image: str) -> dict[str, str]:

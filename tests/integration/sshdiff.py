@@ -133,10 +133,11 @@ def compare(
     env: Mapping[str, str],
     ssh_g=ssh_g,
     version: tuple[int, int] = (9, 2),
+    command: tuple[str, ...] = (),
 ) -> list[str]:
     """The differences between ssh and mpiwait for one host; [] when they agree. ``ssh_g``
-    runs ``ssh -G ARGS`` (the installed one, or a release's under chroot)."""
-    rc, lines, err = ssh_g([*ssh_args, host], env)
+    runs ``ssh -G ARGS HOST COMMAND`` (the installed one, or a release's under chroot)."""
+    rc, lines, err = ssh_g([*ssh_args, host, *command], env)
     try:
         got = make_resolver().resolve(host)
         ours_error = None

@@ -431,6 +431,11 @@ def test_port_service_name(make) -> None:
         ("Tag t\nMatch tagged t\n  Port 9\n", "w", "port", 9),
         ("Match version OpenSSH_10.6*\n  Port 9\n", "w", "port", 9),
         ("Match sessiontype exec\n  Port 9\n", "w", "port", 9),
+        # mpirun's ssh runs a command (orted, prted, hydra_pmi_proxy): never an empty one.
+        ('Match command ""\n  User empty\n', "w", "user", "alice"),
+        ("Match command *\n  User any\n", "w", "user", "any"),
+        ("Match command orted*\n  User orted\n", "w", "user", "alice"),
+        ("Match sessiontype shell\n  User sh\n", "w", "user", "alice"),
         ("Host w*\n  User u_%h\n", "w1", "user", "u_w1"),
         ("Include /nonexistent/%h.conf\nPort 3\n", "w1", "port", 3),
         ("SetupTimeOut 7\n", "w", "connect_timeout", 7.0),
