@@ -273,14 +273,21 @@ def _scaled(arg: str) -> int | None:
     return int(m.group(1)) * scale
 
 
-def _rekey_limit(args: tuple[str, ...]) -> bool:
-    if args[0] != "default":
-        size = _scaled(args[0])
-        if size is None or 0 < size < 16:
+def _rekey_limit(version: Version) -> Callable[[tuple[str, ...]], bool]:
+    def check(args: tuple[str, ...]) -> bool:
+        if args[0] != "default":
+            size = _scaled(args[0])
+            if size is None or 0 < size < 16:
+                return False
+        if len(args) > 2:
             return False
-    if len(args) > 2:
-        return False
-    return len(args) == 1 or args[1] == "none" or valid_time(args[1])
+        return len(args) == 1 or args[1] == "none" or valid_time(args[1], version)
+
+    return check
+
+
+def _control_persist(version: Version) -> Callable[[tuple[str, ...]], bool]:
+    return lambda a: a[0] in ("yes", "no", "true", "false") or valid_time(a[0], version)
 
 
 def _cnames(*, none: bool) -> Callable[[tuple[str, ...]], bool]:
@@ -476,18 +483,21 @@ TABLE: dict[str, Keyword] = {
         ),
         *_rows(
             "controlpersist",
-            _checked(
-                "yes/no or a time",
-                lambda a: a[0] in ("yes", "no", "true", "false") or valid_time(a[0]),
-            ),
+            _checked("yes/no or a time", _control_persist(OLDEST)),
             VALUE_CHECKED,
+            changed=((DECIMAL_TIMES, _checked("yes/no or a time", _control_persist(NEWEST))),),
         ),
         *_rows(
             "ipqos",
             _checked("one or two DSCP names or numbers", lambda a: all(_ipqos(x) for x in a), 2),
             VALUE_CHECKED,
         ),
-        *_rows("rekeylimit", _checked("a size [and a time]", _rekey_limit, 2), VALUE_CHECKED),
+        *_rows(
+            "rekeylimit",
+            _checked("a size [and a time]", _rekey_limit(OLDEST), 2),
+            VALUE_CHECKED,
+            changed=((DECIMAL_TIMES, _checked("a size [and a time]", _rekey_limit(NEWEST), 2)),),
+        ),
         *_rows(
             "streamlocalbindmask",
             _checked("an octal mask", lambda a: _bind_mask(a[0])),
@@ -495,11 +505,8 @@ TABLE: dict[str, Keyword] = {
         ),
         *_rows(
             "setenv",
-            WORDS,
+            _checked("NAME=value ...", lambda a: all("=" in x for x in a), 1 << 30),
             VALUE_CHECKED,
-            changed=(
-                ((8, 7), _checked("NAME=value ...", lambda a: all("=" in x for x in a), 1 << 30)),
-            ),
         ),
         *_rows(
             "sendenv",
