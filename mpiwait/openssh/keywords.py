@@ -584,3 +584,21 @@ FIRST_VALUE = frozenset(
     and row.value.kind in (STRING, PORT, TIME, FLAG)
     and name not in ("identityfile", "identityfile2", "certificatefile")
 )
+
+
+def _release(version: Version | None) -> str:
+    return "" if version is None else f"{version[0]}.{version[1]}"
+
+
+def markdown_table() -> str:
+    """The keyword table of docs/ssh-settings.md (tests/unit/test_docs.py keeps it in step)."""
+    rows = ["| keyword | value | from | until | mpiwait |", "|---|---|---|---|---|"]
+    for name, row in sorted(TABLE.items()):
+        value = "; ".join(
+            [row.value.text, *(f"{_release(v)} on: {later.text}" for v, later in row.changed)]
+        )
+        follow = f"{row.follow} ({row.note})" if row.note else row.follow
+        rows.append(
+            f"| `{name}` | {value} | {_release(row.since)} | {_release(row.until)} | {follow} |"
+        )
+    return "\n".join(rows) + "\n"
