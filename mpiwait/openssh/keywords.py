@@ -532,7 +532,6 @@ TABLE: dict[str, Keyword] = {
         *_rows("obscurekeystroketiming", UNCHECKED, NOT_CHECKED, since=(9, 5)),
         *_rows("channeltimeout", UNCHECKED, NOT_CHECKED, since=(9, 6)),
         *_rows("warnweakcrypto", UNCHECKED, NOT_CHECKED, since=(10, 1)),
-        *_rows("madeupoption", YES_NO, VALUE_CHECKED, since=(10, 7)),
         *_rows("gssapikexalgorithms", UNCHECKED, NOT_CHECKED, until=(10, 6), note=_D),
         # -- deprecated or unsupported: ssh reads past them
         *_rows(

@@ -964,13 +964,6 @@ def test_keywords_by_release() -> None:
     assert syntax_at(TABLE["tag"], (9, 4)) is not None
 
 
-def test_a_keyword_of_10_7(make) -> None:
-    assert syntax_at(TABLE["madeupoption"], (10, 6)) is None
-    assert syntax_at(TABLE["madeupoption"], (10, 7)) is not None
-    with pytest.raises(InputError, match="Bad configuration option: MadeUpOption"):
-        make(system_cfg="MadeUpOption yes\n")  # no supported release (to 10.6) knows it
-
-
 def _fake_ssh(tmp_path: Path, script: str) -> Client:
     """An executable standing in for ssh: ``script`` is its body (sh)."""
     path = tmp_path / "bin" / "ssh"
