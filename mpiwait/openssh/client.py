@@ -18,9 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-# The newest release whose rules mpiwait knows (Debian sid's, proven by the differential test).
-NEWEST = (10, 6)
-NEWEST_NAME = "OpenSSH_10.6p1"
+from mpiwait.openssh.keywords import DECIMAL_TIMES, NEWEST, NEWEST_NAME, SUPPORTED
+
 _VERSION_RE = re.compile(r"OpenSSH_(\d+)\.(\d+)(p\d+)?")
 # ssh -G for one host: it reads every file a connection would, and exits.
 ASK_TIMEOUT = 30.0
@@ -39,14 +38,6 @@ class Rules(NamedTuple):
     @property
     def legacy_split(self) -> bool:
         return self.version < (8, 7)  # strdelim: double quotes only, no escapes, no comments
-
-    @property
-    def match_localnetwork_tagged(self) -> bool:
-        return self.version >= (9, 4)  # Match localnetwork, Match tagged, Tag
-
-    @property
-    def match_version_sessiontype_command(self) -> bool:
-        return self.version >= (10, 0)
 
     @property
     def expands_include(self) -> bool:
@@ -72,7 +63,7 @@ class Rules(NamedTuple):
 
     @property
     def decimal_times(self) -> bool:
-        return self.version >= (10, 3)  # "1.5" seconds (truncated); seconds given once
+        return self.version >= DECIMAL_TIMES  # "1.5" seconds (truncated); seconds given once
 
     @property
     def refuse_connection(self) -> bool:
@@ -105,7 +96,7 @@ class Client:
             what = self.banner or "no ssh installed"  # or why the ssh found cannot be asked
             return (
                 f"{what}: ssh config read as {NEWEST_NAME} reads it, accepting what any "
-                "supported OpenSSH release (8.4 to 10.6) accepts"
+                f"supported OpenSSH release ({SUPPORTED}) accepts"
             )
         return f"ssh config read as {self.path} reads it ({self.banner.split(',')[0]})"
 

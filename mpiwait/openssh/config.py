@@ -35,8 +35,8 @@ from mpiwait.openssh.evaluate import (
     dollar_expand,
     percent_expand,
 )
+from mpiwait.openssh.keywords import parse_time
 from mpiwait.openssh.localuser import LocalUser
-from mpiwait.openssh.syntax import parse_time
 
 DEFAULT_PORT = 22
 DEFAULT_SYSTEM_CONFIG = Path("/etc/ssh/ssh_config")
@@ -421,10 +421,13 @@ def _refuse_unfollowed(opts: Options, host: str) -> None:
 
 
 def _refuse_connection(opts: Options, host: str) -> None:
-    value = opts.scalars.get("refuseconnection")
-    if value is not None and value.lower() in ("yes", "true"):
-        line = opts.where["refuseconnection"]
-        raise InputError(f"{line.where}: RefuseConnection applies to {host}: ssh will not connect")
+    # Its argument is a message, not a flag: "RefuseConnection no" makes ssh exit too.
+    line = opts.where.get("refuseconnection")
+    if line is not None:
+        raise InputError(
+            f"{line.where}: RefuseConnection applies to {host}: ssh will not connect "
+            f"({opts.scalars['refuseconnection']})"
+        )
 
 
 def _valid_ruser(name: str) -> bool:

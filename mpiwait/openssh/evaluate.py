@@ -34,35 +34,13 @@ from pathlib import Path
 
 from mpiwait.errors import InputError
 from mpiwait.openssh.client import NEWEST_RULES, Rules
-from mpiwait.openssh.syntax import (
-    KEYWORDS,
-    Line,
-    parse_port,
-    parse_time,
-    read_lines,
-)
+from mpiwait.openssh.keywords import FIRST_VALUE, parse_port, parse_time
+from mpiwait.openssh.syntax import KEYWORDS, Line, read_lines
 
 MAX_INCLUDE_DEPTH = 16  # READCONF_MAX_DEPTH
 
-# Options whose first value this module keeps (one argument each).
-_SCALARS = frozenset(
-    {
-        "hostname",
-        "user",
-        "port",
-        "stricthostkeychecking",
-        "connecttimeout",
-        "hostkeyalias",
-        "ignoreunknown",
-        "canonicalizehostname",
-        "identityagent",
-        "pkcs11provider",
-        "smartcarddevice",
-        "tag",
-        "sessiontype",
-        "refuseconnection",
-    }
-)
+# Options whose first value this module keeps (one argument each): from the keyword table.
+_SCALARS = FIRST_VALUE
 _MATCH_WITH_ARG = frozenset(
     {"host", "originalhost", "user", "localuser", "exec"}
     | {"localnetwork", "tagged", "version", "sessiontype", "command"}

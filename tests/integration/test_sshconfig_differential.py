@@ -39,8 +39,10 @@ import sshdiff
 import testbed
 from testbed import releases
 
+from mpiwait.errors import InputError
+from mpiwait.openssh import keywords, syntax
 from mpiwait.openssh.client import Client, find_client, parse_banner
-from mpiwait.openssh.config import LocalUser, SSHConfig
+from mpiwait.openssh.config import NO_CLIENT, LocalUser, SSHConfig
 
 pytestmark = testbed.needs("ssh")
 
@@ -557,6 +559,32 @@ def test_port_and_user_options_agree_with_ssh(case: Case, tmp_path: Path) -> Non
 
 # --- every supported release: Debian's builds in debootstrap roots, their ssh -G as oracle ------
 
+# Values whose syntax differs between the supported releases (keywords.TABLE's since, until and
+# changed), or that ssh reads as C's strtol does: each in a block that does not apply.
+VALUE_SYNTAX = (
+    "RefuseConnection use-the-bastion",  # 10.1: a message, not yes/no
+    "RefuseConnection no",
+    "RevokedHostKeys /a /b",  # 10.3: several files
+    "RevokedHostKeys none",
+    "CanonicalizePermittedCNAMEs none",  # 8.8
+    "CanonicalizePermittedCNAMEs * a:b",
+    "CanonicalizePermittedCNAMEs a:",
+    "TCPKeepAlive no",
+    "TCPKeepAlive 30",
+    "IPQoS 0177",  # strtol base 0: octal
+    "StreamLocalBindMask 0x10",  # strtol base 8 stops at the x
+    "SkeyAuthentication maybe",  # 8.4: unsupported, any value
+    "SendEnv A=b",  # 8.4: not checked
+    "SetEnv A",  # refused by every release
+    "GSSAPIAuthentication maybe",  # sid's plain client is built without GSS-API
+    "GSSAPIClientIdentity x",  # Debian's patch, not in sid's plain client
+    "WarnWeakCrypto no-pq-kex",  # 10.1
+    "PubkeyAuthentication host-bound",  # 8.9
+    "HostbasedAlgorithms +ssh-rsa",  # 8.5 and 8.6 only
+    "ServerAliveInterval 1.5",  # 10.3: a fraction of a second
+    "RekeyLimit 1G 1.5",
+)
+
 # Lines that one supported release accepts and another refuses, or resolves differently: every
 # keyword and Match criterion added or removed between 8.4p1 and 10.6p1, Debian's aliases and
 # GSS-API patch, the values, tokens and quoting that changed.
@@ -596,6 +624,12 @@ RELEASE_CASES: list[Case] = [
         )
     ),
     Case("RefuseConnection for one host", "Host w1\n  RefuseConnection yes\n", ("w1", "w2")),
+    Case(
+        "RefuseConnection with a message (10.1)",
+        'Host w1\n  RefuseConnection "use the bastion"\n',
+        ("w1", "w2"),
+    ),
+    *(Case(f"value syntax: {text}", f"Host never\n  {text}\n", ("w",)) for text in VALUE_SYNTAX),
     Case("SetupTimeOut before ConnectTimeout", "SetupTimeOut 9\nConnectTimeout 4\n", ("w",)),
     Case("ConnectTimeout before SetupTimeOut", "ConnectTimeout 4\nSetupTimeOut 9\n", ("w",)),
     Case("Match localnetwork (9.4)", "Match localnetwork 127.0.0.0/8\n  Port 9\n", ("w",)),
@@ -729,6 +763,42 @@ def test_each_release_agrees_with_mpiruns_command(
 ) -> None:
     _lay_out(case, tmp_path)
     assert _release_diffs(case, tmp_path, suite, command=command) == []
+
+
+def _table_accepts(line: syntax.Line, version: tuple[int, int]) -> bool:
+    """Release ``version`` by the keyword table: the keyword known there, the value valid."""
+    row = keywords.TABLE.get(line.keyword)
+    if row is None or keywords.syntax_at(row, version) is None:
+        return False
+    try:
+        syntax.check_line(line, version)
+    except InputError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize("text", VALUE_SYNTAX)
+def test_keyword_table_agrees_with_each_release(text: str, tmp_path: Path) -> None:
+    """The table's acceptance for each release is that release's ssh -G; without ssh, mpiwait
+    accepts the line when any of them does."""
+    cfg = tmp_path / "config"
+    cfg.write_text(f"Host never\n  {text}\n")
+    line = syntax.lex_line(text, str(cfg), 2)
+    assert line is not None
+    accepted_by = []
+    for suite in SUITES:
+        release = _release(suite)
+        rc, _, err = _release_ssh_g(release, tmp_path)(["-F", str(cfg), "w"], _chroot_env(tmp_path))
+        ours = _table_accepts(line, release.version_tuple)
+        assert ours == (rc == 0), (suite, text, err)
+        if rc == 0:
+            accepted_by.append(suite)
+    try:
+        SSHConfig(config_path=cfg, environ={**os.environ, "HOME": str(tmp_path)}, client=NO_CLIENT)
+        without_ssh = True
+    except InputError:
+        without_ssh = False
+    assert without_ssh or not accepted_by, accepted_by
 
 
 def test_release_cases_cover_every_change() -> None:

@@ -12,6 +12,7 @@ import pytest
 import testbed
 
 from mpiwait.cli import command_line
+from mpiwait.openssh import keywords
 
 REPO = Path(__file__).resolve().parents[2]
 DOCS = sorted(
@@ -225,3 +226,24 @@ def test_the_reference_names_every_environment_variable_the_code_names() -> None
 def test_the_readme_stays_short() -> None:
     """A newcomer's page: the rest lives in docs/ (issue 24: at most 250 lines)."""
     assert len((REPO / "README.md").read_text().splitlines()) <= 250
+
+
+def test_the_keyword_table_is_the_codes() -> None:
+    text = (REPO / "docs" / "ssh-settings.md").read_text()
+    found = re.search(r"<!-- keywords: generated -->\n(.*?)<!-- /keywords -->", text, re.S)
+    assert found is not None
+    assert found.group(1) == keywords.markdown_table(), "rewrite it: keywords.markdown_table()"
+
+
+# "8.4 to 10.6", "8.4p1 to 10.6p1", "OpenSSH_10.6p1": the supported range has one place.
+_RANGE = re.compile(r"\b(\d+\.\d+(?:p\d+)?) to (\d+\.\d+(?:p\d+)?)\b|OpenSSH_(\d+\.\d+p\d+)")
+
+
+@pytest.mark.parametrize("doc", ["README.md", "docs/ssh-settings.md", "docs/compatibility.md"])
+def test_the_supported_openssh_range_is_the_codes(doc: str) -> None:
+    wanted = {keywords.SUPPORTED, keywords.SUPPORTED_RELEASES, keywords.NEWEST_RELEASE}
+    for m in _RANGE.finditer((REPO / doc).read_text()):
+        if m.group(3):
+            assert m.group(3) == keywords.NEWEST_RELEASE, m.group(0)
+        elif m.group(1).split(".")[0] in ("8", "9", "10"):
+            assert m.group(0) in wanted, m.group(0)

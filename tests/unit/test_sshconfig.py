@@ -20,6 +20,7 @@ import testbed
 from mpiwait.errors import InputError
 from mpiwait.openssh.client import Client, Rules, find_client, parse_banner
 from mpiwait.openssh.config import LocalUser, SSHConfig, SSHTarget
+from mpiwait.openssh.keywords import TABLE, syntax_at
 
 GLOBAL_KNOWN = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
 
@@ -948,7 +949,7 @@ def test_banner_names_the_release() -> None:
     ("version", "flags"),
     [
         ((8, 4), {"legacy_split": True, "jump_token": False, "expands_user": False}),
-        ((9, 2), {"legacy_split": False, "jump_token": False, "match_localnetwork_tagged": False}),
+        ((9, 2), {"legacy_split": False, "jump_token": False}),
         ((9, 9), {"expands_include": True, "expands_user": False}),
         ((10, 0), {"expands_user": True, "not_final_asks_final": True, "refuse_connection": False}),
         (
@@ -960,6 +961,12 @@ def test_banner_names_the_release() -> None:
 def test_rules_by_release(version: tuple[int, int], flags: dict[str, bool]) -> None:
     rules = Rules.for_version(version)
     assert {name: getattr(rules, name) for name in flags} == flags
+
+
+def test_keywords_by_release() -> None:
+    # Match localnetwork/tagged and Tag came with 9.4 (once Rules.match_localnetwork_tagged).
+    assert syntax_at(TABLE["tag"], (9, 2)) is None
+    assert syntax_at(TABLE["tag"], (9, 4)) is not None
 
 
 def _fake_ssh(tmp_path: Path, script: str) -> Client:
