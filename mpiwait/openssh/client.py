@@ -18,12 +18,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from mpiwait.settings import SSH_ASK_TIMEOUT
+
 # The newest release whose rules mpiwait knows (Debian sid's, proven by the differential test).
 NEWEST = (10, 6)
 NEWEST_NAME = "OpenSSH_10.6p1"
 _VERSION_RE = re.compile(r"OpenSSH_(\d+)\.(\d+)(p\d+)?")
-# ssh -G for one host: it reads every file a connection would, and exits.
-ASK_TIMEOUT = 30.0
 
 
 class Rules(NamedTuple):
@@ -120,7 +120,7 @@ class Client:
                 text=True,
                 env=dict(environ),
                 stdin=subprocess.DEVNULL,
-                timeout=ASK_TIMEOUT,
+                timeout=SSH_ASK_TIMEOUT,
                 check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -161,7 +161,7 @@ def find_client(environ: Mapping[str, str] | None = None) -> Client:
             capture_output=True,
             text=True,
             stdin=subprocess.DEVNULL,
-            timeout=ASK_TIMEOUT,
+            timeout=SSH_ASK_TIMEOUT,
             check=False,
         )
         banner = (p.stderr or p.stdout).strip().splitlines()[0] if (p.stderr or p.stdout) else ""

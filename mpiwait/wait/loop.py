@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Protocol
 
 from mpiwait.errors import Interrupted
 from mpiwait.probe.outcome import PENALTY, Outcome, Stage, Status
+from mpiwait.settings import LISTENER_CHECK_AFTER, WaitPolicy
 from mpiwait.wait.events import (
     End,
     Event,
@@ -44,14 +45,10 @@ from mpiwait.wait.events import (
     StillWaiting,
     WaitResult,
 )
-from mpiwait.wait.policy import WaitPolicy
 from mpiwait.wait.runner import StartWindow
 
 if TYPE_CHECKING:  # tenacity is imported at the first failed attempt: a quick start needs none
     from mpiwait.wait.schedule import HostRetryState, Schedule
-
-# A listener that accepted a login this recently needs no try at the end of the wait.
-LISTENER_CHECK_AFTER = 1.0
 
 LOST = Outcome(Status.LOST, Stage.SSH, "connection-closed", "its kept connection closed")
 

@@ -18,6 +18,9 @@ from mpiwait.settings import (
     RETRY_FLOOR_DNS,
     RETRY_FLOOR_SSH,
     RETRY_FLOOR_TCP,
+    Budget,
+    RetryPolicy,
+    WaitPolicy,
 )
 from mpiwait.wait.events import (
     End,
@@ -29,7 +32,6 @@ from mpiwait.wait.events import (
     StillWaiting,
 )
 from mpiwait.wait.loop import LOST, wait_for_hosts
-from mpiwait.wait.policy import Budget, RetryPolicy, WaitPolicy
 from mpiwait.wait.schedule import Schedule
 
 READY = Outcome(Status.READY, Stage.READY, "ready")
