@@ -40,7 +40,7 @@ from tenacity.retry import retry_base
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
-from mpiwait.probe.outcome import Outcome, Stage, Status
+from mpiwait.probe.outcome import Outcome, Reason, Stage, Status
 from mpiwait.settings import RetryPolicy
 
 
@@ -186,7 +186,7 @@ class Schedule:
         self, *, stage: Stage, status: Status, attempts: int, away: float, missing: int
     ) -> float:
         """As ``next_delay``, for a host away ``away`` seconds, without a deadline."""
-        outcome = Outcome(status, stage, "")
+        outcome = Outcome(status, stage, Reason.READY)  # its reason is not read here
         state = self.state(0.0)
         delay = self.next_delay(
             state, outcome, attempts=attempts, now=away, since=0.0, missing=missing
