@@ -12,6 +12,8 @@ import pytest
 
 from mpiwait.errors import PermanentError
 from mpiwait.openssh.config import SSHTarget
+from mpiwait.probe.attempt import Prober
+from mpiwait.probe.lookup import LookupTimeout, ResolverBusy
 from mpiwait.probe.outcome import READY, Outcome, Reason, Stage, Status
 from mpiwait.probe.stages import ssh as ssh_stage
 from mpiwait.probe.stages.dns import Resolved, Resolver
@@ -22,7 +24,7 @@ from mpiwait.probe.stages.remote_command import RemoteCommand
 from mpiwait.probe.stages.step import Session
 from mpiwait.probe.stages.tcp import connect, ends
 from mpiwait.probe.stages.turned_away import CLOSED_BEFORE_BANNER, turned_away
-from mpiwait.settings import REFUSED_ADDRESS_REUSE
+from mpiwait.settings import REFUSED_ADDRESS_REUSE, Check, ProbeOptions
 
 TARGET = SSHTarget(
     host="w1",
@@ -71,6 +73,57 @@ def test_dns_resolves_and_reuses_a_refused_address_for_a_while() -> None:
     clock[0] += 1.0  # older than the reuse allows
     resolver.resolve("w1", "w1.example", 22, 1.0)
     assert lookups.calls == 3
+
+
+# each way a name lookup fails becomes its own not-yet outcome of the dns stage, through the
+# prober (a fake resolver raises; nothing is looked up)
+
+
+class _Targets:
+    def resolve(self, host: str) -> SSHTarget:
+        return TARGET
+
+
+class _Failing:
+    def __init__(self, exc: BaseException) -> None:
+        self.exc = exc
+
+    def resolve(self, host: str, port: int, timeout: float) -> list:
+        raise self.exc
+
+
+@pytest.mark.parametrize(
+    ("exc", "reason", "detail"),
+    [
+        (LookupTimeout(), "timeout", "no answer from the resolver in 2.5s"),
+        (ResolverBusy(), "resolver-busy", "every resolver thread holds an unanswered lookup"),
+        (
+            socket.gaierror(socket.EAI_NONAME, "Name or service not known"),
+            "unresolved",
+            "w1.example: Name or service not known",
+        ),
+        (UnicodeError("label too long"), "unresolved", "w1.example: not a valid name"),
+    ],
+)
+def test_a_failed_lookup_is_a_dns_retry_naming_why(
+    exc: BaseException, reason: str, detail: str
+) -> None:
+    prober = Prober(
+        ProbeOptions(Check.DNS, connect_timeout=2.5),
+        _Targets(),  # type: ignore[arg-type]
+        lookups=_Failing(exc),  # type: ignore[arg-type]
+    )
+    assert prober.attempt("w1") == Outcome(Status.RETRY, Stage.DNS, reason, detail)
+
+
+def test_any_other_lookup_error_is_not_swallowed() -> None:
+    prober = Prober(
+        ProbeOptions(Check.DNS, connect_timeout=2.5),
+        _Targets(),  # type: ignore[arg-type]
+        lookups=_Failing(RuntimeError("bug")),  # type: ignore[arg-type]
+    )
+    with pytest.raises(RuntimeError):
+        prober.attempt("w1")
 
 
 # --- tcp ----------------------------------------------------------------------------------------
