@@ -318,8 +318,7 @@ def wait_for_hosts(
     disappears from discover_hosts.sh is restarting, not leaving the job. ``rng`` is the
     source of the retry jitter (tests pass a seeded one). ``holds_connection(host)``: whether the
     host holds a kept connection, whose end the runner reports as a host event;
-    ``listeners(hosts)``
-    tries those hosts' listeners and returns the ones that did not accept.
+    ``listeners(hosts)`` tries those hosts' listeners and returns the ones that did not accept.
     """
     start = runner.now()
     deadline = start + policy.timeout if policy.timeout > 0 else math.inf
