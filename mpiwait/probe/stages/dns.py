@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 from mpiwait.probe.lookup import LookupPool, LookupTimeout, ResolverBusy
 from mpiwait.probe.outcome import Outcome, Reason, Stage, retry
@@ -17,9 +17,14 @@ from mpiwait.settings import REFUSED_ADDRESS_REUSE
 AddrInfo = tuple[Any, ...]
 
 
-class Resolved(NamedTuple):
-    at: float  # when it was looked up
-    infos: list[AddrInfo]  # getaddrinfo's answer
+class Resolved:
+    """A name looked up (a plain class, as in wait/runner.py's ConnectionLost)."""
+
+    __slots__ = ("at", "infos")
+
+    def __init__(self, at: float, infos: list[AddrInfo]) -> None:
+        self.at = at  # when it was looked up
+        self.infos = infos  # getaddrinfo's answer
 
 
 class Resolver:

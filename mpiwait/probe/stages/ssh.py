@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
-from typing import NamedTuple
 
 from mpiwait.errors import PermanentError
 from mpiwait.openssh.config import SSHTarget
@@ -21,13 +20,9 @@ from mpiwait.probe.stages.remote_command import RemoteCommand
 from mpiwait.probe.stages.step import Session, Step
 from mpiwait.probe.stages.tcp import oserror
 
-
-class SshResult(NamedTuple):
-    """The ssh stage's outcome, and, when it passed and a duplicate was asked for, the
-    authenticated connection (paramiko closes its own socket, and sends nothing on close)."""
-
-    outcome: Outcome
-    connection: socket.socket | None = None
+# The ssh stage's outcome, and, when it passed and a duplicate was asked for, the authenticated
+# connection (paramiko closes its own socket, and sends nothing on close).
+SshResult = tuple[Outcome, socket.socket | None]
 
 
 class SshStage:
@@ -51,21 +46,19 @@ class SshStage:
                 target.identity_files, defaults=target.identities_default
             )
         except PermanentError as exc:
-            return SshResult(
-                Outcome(Status.FATAL, Stage.SSH, Reason.IDENTITY, exc.message, exc.hint)
-            )
+            fatal = Outcome(Status.FATAL, Stage.SSH, Reason.IDENTITY, exc.message, exc.hint)
+            return fatal, None
         transport = adapter.transport(sock, timeout)
         session = Session(transport, target, timeout, identities)
         try:
             for step in self._steps:
                 failed = step(session)
                 if failed is not None:
-                    return SshResult(failed)
-            return SshResult(READY, _duplicate(sock) if duplicate else None)
+                    return failed, None
+            return READY, _duplicate(sock) if duplicate else None
         except (paramiko.SSHException, EOFError, OSError) as exc:
-            return SshResult(
-                retry(Stage.SSH, Reason.HANDSHAKE, f"SSH session failed: {oserror(exc)}")
-            )
+            detail = f"SSH session failed: {oserror(exc)}"
+            return retry(Stage.SSH, Reason.HANDSHAKE, detail), None
         finally:
             transport.close()
 

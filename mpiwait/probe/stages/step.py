@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     import paramiko
@@ -13,13 +13,23 @@ if TYPE_CHECKING:
     from mpiwait.probe.outcome import Outcome
 
 
-class Session(NamedTuple):
-    """One attempt's ssh session, as the steps see it."""
+class Session:
+    """One attempt's ssh session, as the steps see it (a plain class, as in wait/runner.py's
+    ConnectionLost)."""
 
-    transport: paramiko.Transport
-    target: SSHTarget
-    timeout: float  # seconds each wait of the step may take
-    identities: tuple[Identity, ...]  # the keys to log in with, in ssh's order
+    __slots__ = ("identities", "target", "timeout", "transport")
+
+    def __init__(
+        self,
+        transport: paramiko.Transport,
+        target: SSHTarget,
+        timeout: float,
+        identities: tuple[Identity, ...],
+    ) -> None:
+        self.transport = transport
+        self.target = target
+        self.timeout = timeout  # seconds each wait of the step may take
+        self.identities = identities  # the keys to log in with, in ssh's order
 
 
 class Step(Protocol):
