@@ -38,16 +38,18 @@ from mpiwait.settings import (
     RETRY_FLOOR_TCP,
     SOURCE_REREAD_INTERVAL,
     STATUS_INTERVAL,
+    Budget,
     Check,
     LogFormat,
     Mode,
     OutputOptions,
     ProbeOptions,
+    RetryPolicy,
     Run,
     Settings,
     SourceOptions,
+    WaitPolicy,
 )
-from mpiwait.wait.policy import Budget, RetryPolicy, WaitPolicy
 
 _Options = TypeVar("_Options", SourceOptions, ProbeOptions)
 

@@ -1,13 +1,14 @@
-"""mpiwait's defaults (the one place its numbers live; nothing else hard-codes a timeout), the
-command line as parsed (Settings), and the resolved values each part of a run gets (Run)."""
+"""mpiwait's defaults and timings (the one place its numbers live; nothing else hard-codes a
+timeout), the command line as parsed (Settings), and the resolved values each part of a run gets
+(Run, and the wait's policy in it). It imports nothing of mpiwait: every layer may import it."""
 
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 from pathlib import Path
-
-from mpiwait.wait.policy import WaitPolicy
+from typing import NamedTuple
 
 
 class Check(str, enum.Enum):
@@ -88,6 +89,30 @@ MAX_PENDING_LOOKUPS = 32
 
 # --list-ready logs into a passed host again within this bound; in between, DNS must agree.
 LIST_READY_RECHECK = 30.0
+
+# A listener that accepted a login this recently needs no try at the end of the wait.
+LISTENER_CHECK_AFTER = 1.0
+
+# Listener tries open at once at the wait's end: well under KEPT_FD_RESERVE.
+LISTENER_WINDOW = 128
+# A listener try unanswered this long is made again: a SYN dropped at a full accept queue
+# would otherwise wait the kernel's first retransmission, 1 s.
+LISTENER_RESEND = 0.2
+
+# A kept connection's keepalives (idle s, s between, unanswered before the kernel drops it):
+# a worker that vanished silently is noticed within 3 s.
+KEEPALIVE = (1, 1, 2)
+# File descriptors left for everything else (probe sockets, lookups, stdio) when keeping.
+KEPT_FD_RESERVE = 256
+
+# ssh -G for one host: it reads every file a connection would, and exits.
+SSH_ASK_TIMEOUT = 30.0
+
+# --list-ready gathers the logins that come due into one call in this many seconds.
+LIST_READY_DUE_EVERY = 5.0
+# --list-ready's files of other settings not written this long are abandoned (Horovod rewrites
+# a live one every second).
+LIST_READY_ABANDONED_AFTER = 600.0
 
 # Kubernetes shows this file's content in `kubectl describe pod` when the container fails.
 DEFAULT_TERMINATION_LOG = Path("/dev/termination-log")
@@ -188,3 +213,38 @@ class Run:
     probe: ProbeOptions
     wait: WaitPolicy  # its budget serves --list-ready too
     output: OutputOptions
+
+
+# The wait's policy, built once by the CLI from the options and the defaults above.
+
+
+class Budget(NamedTuple):
+    """What the cluster is asked to bear, all hosts together (the wait and --list-ready)."""
+
+    parallel: int  # attempts in flight at once
+    rate: float  # attempts started per second; 0: no limit
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How long a host waits after an attempt that did not pass (wait/schedule.py)."""
+
+    initial: float  # first window of the envelope (--retry-initial)
+    maximum: float  # the envelope's cap (--retry-max): no host goes untried longer
+    floor_dns: float
+    floor_tcp: float
+    floor_ssh: float
+    grace: float  # seconds a host may stay away before its window starts to grow
+    doubling: float  # then its window doubles every this many seconds, up to the envelope
+    follow_budget: bool = True  # False: full jitter under the envelope (explicit --retry-*)
+
+
+@dataclass(frozen=True)
+class WaitPolicy:
+    timeout: float  # 0: no deadline
+    budget: Budget
+    retry: RetryPolicy
+    reread_interval: float
+    permanent_after: int
+    status_interval: float = math.inf  # how often to emit StillWaiting while hosts are not ready
+    recheck_after: float = math.inf  # the oldest a pass may be at the end (re-checked before)

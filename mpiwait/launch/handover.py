@@ -53,9 +53,8 @@ _INTEL_FILES = ("impi_info", "hydra_bstrap_proxy")  # Intel's hydra; MPICH's has
 _HYDRA_FILES = ("hydra_pmi_proxy", "mpiexec.hydra")
 
 
-# The value types below are NamedTuples, immutable as frozen dataclasses are: creating a frozen
-# dataclass took ~0.8 ms here, a NamedTuple ~0.15 ms, and the four are made on every launcher
-# start (benchmarks/, scenario 3: recognising the launch must add under 5 ms).
+# The value types below are NamedTuples, immutable as frozen dataclasses are and far cheaper to
+# create on every launcher start (docs/performance.md).
 
 
 class Launch(NamedTuple):

@@ -1,5 +1,5 @@
 """The programs that start an MPI job, in one table: what the ssh check before the wait
-(command.py), the node-pod test (modes/wait.py) and the hand-over's recognition (handover.py)
+(command.py), the node-pod test (modes/common.py) and the hand-over's recognition (handover.py)
 each need to know of them.
 
 Any other COMMAND (``bash -c``, ``python3 launch.py``, a script) is a wrapper: the MPI it would

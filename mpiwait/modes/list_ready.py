@@ -28,7 +28,7 @@ from mpiwait.modes.cachedir import cache_dir
 from mpiwait.openssh.localuser import LocalUser
 from mpiwait.output.report import Reporter
 from mpiwait.probe.lookup import LookupPool, LookupTimeout, ResolverBusy, lookup_pool
-from mpiwait.probe.outcome import Outcome, Stage, Status
+from mpiwait.probe.outcome import Outcome, Reason, Stage, Status
 from mpiwait.settings import LIST_READY_RECHECK, ProbeOptions, Run
 from mpiwait.wait.runner import run_all
 
@@ -54,14 +54,14 @@ def list_ready(run: Run, environ: Mapping[str, str], out: TextIO | None = None) 
         _settings_key(run.probe, LocalUser.current(environ).home),
         LIST_READY_RECHECK,
     )
-    keep = _still_ready(cache, listed, lookups, run)
-    to_probe = [h.name for h in listed if h.name not in keep]
+    remembered = _still_ready(cache, listed, lookups, run)
+    to_probe = [h.name for h in listed if h.name not in remembered]
     outcomes: dict[str, tuple[Outcome, readycache.Entry | None]] = {}
     if to_probe:
         outcomes = _probe(run, lookups, to_probe, cache_dir(environ))
 
-    ready = _ready(listed, keep, outcomes, reporter)  # adds this call's passes to keep
-    cache.save(keep)
+    ready = _ready(listed, remembered, outcomes, reporter)  # adds this call's passes to remembered
+    cache.save(remembered)
     _print(out, [*_self_hosts(snapshot), *ready])
     return 0
 
@@ -110,20 +110,20 @@ def _listable(snapshot: Snapshot, reporter: Reporter) -> list[Host]:
 
 def _ready(
     listed: list[Host],
-    keep: dict[str, readycache.Entry],
+    remembered: dict[str, readycache.Entry],
     outcomes: dict[str, tuple[Outcome, readycache.Entry | None]],
     reporter: Reporter,
 ) -> list[Host]:
     """The hosts to print, in the sources' order: remembered, or passed this call (added to
-    ``keep``); a host refused for good is named on stderr."""
+    ``remembered``); a host refused for good is named on stderr."""
     ready: list[Host] = []
     for host in listed:
         outcome, entry = outcomes.get(host.name, (None, None))
-        if host.name in keep:
+        if host.name in remembered:
             ready.append(host)
         elif outcome is not None and outcome.status is Status.READY:
             if entry is not None:
-                keep[host.name] = entry
+                remembered[host.name] = entry
             ready.append(host)
         elif outcome is not None and outcome.status is Status.FATAL:
             # Time will not fix it and Horovod would blacklist the host: say why, every call.
@@ -153,7 +153,7 @@ def _probe(
 
     def unexpected(exc: Exception) -> tuple[Outcome, readycache.Entry | None]:
         # A probe bug must not fail Horovod's discovery.
-        return Outcome(Status.RETRY, Stage.SSH, "unexpected", str(exc)), None
+        return Outcome(Status.RETRY, Stage.SSH, Reason.UNEXPECTED, str(exc)), None
 
     budget = max(prober.timeout_for(prober.target(h)) for h in hosts)
     return run_all(

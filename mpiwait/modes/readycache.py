@@ -22,14 +22,11 @@ import zlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from mpiwait.settings import LIST_READY_ABANDONED_AFTER, LIST_READY_DUE_EVERY
+
 # A file far larger than any real job's entries is not ours to parse.
 _MAX_BYTES = 4 * 1024 * 1024
 _VERSION = 1
-# Logins that come due are gathered into one call in this many (see ReadyCache.fresh).
-_DUE_EVERY = 5.0
-# Files of other settings (an old key, another job of this uid) not written for this long are
-# abandoned: Horovod rewrites a live one every second. /dev/shm is memory until the pod ends.
-_ABANDONED_AFTER = 600.0
 
 
 def fingerprint(values: Sequence[object]) -> str:
@@ -117,15 +114,15 @@ class ReadyCache:
 
         Each host keeps its own period, between half the TTL and the TTL, so that hosts which
         came up together do not all come due in one call; due times are then rounded down to
-        a multiple of ``_DUE_EVERY`` seconds, so that the few hosts due in a row of calls are
-        checked together by one call, and the calls in between load no SSH code at all.
+        a multiple of ``LIST_READY_DUE_EVERY`` seconds, so that the few hosts due in a row of
+        calls are checked together by one call, and the calls in between load no SSH code at all.
         """
         if entry is None or self.path is None:
             return False
         spread = 0.5 + 0.5 * (zlib.crc32(host.encode()) / 0xFFFFFFFF)
         due = entry.at + self.ttl * spread
-        if self.ttl >= 4 * _DUE_EVERY:
-            due = max(entry.at + self.ttl / 4, due // _DUE_EVERY * _DUE_EVERY)
+        if self.ttl >= 4 * LIST_READY_DUE_EVERY:
+            due = max(entry.at + self.ttl / 4, due // LIST_READY_DUE_EVERY * LIST_READY_DUE_EVERY)
         return entry.at <= now < due
 
     def save(self, hosts: Mapping[str, Entry]) -> None:
@@ -155,7 +152,7 @@ class ReadyCache:
 def _prune(directory: str, keep: str) -> None:
     """Remove this directory's abandoned files (ours alone: the directory is 0700 and ours),
     --check tcp's accounts (probe/pace.py) among them: idle that long, they hold nothing."""
-    horizon = time.time() - _ABANDONED_AFTER
+    horizon = time.time() - LIST_READY_ABANDONED_AFTER
     with contextlib.suppress(OSError), os.scandir(directory) as entries:
         for entry in entries:
             if entry.path == keep or not entry.name.startswith(("ready-", ".ready-", "pace-")):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import queue
 from collections.abc import Callable, Collection, Iterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -31,6 +30,7 @@ if TYPE_CHECKING:  # imported only on the paths that use them
     from mpiwait.probe.attempt import Prober
     from mpiwait.probe.kept import KeptConnections
     from mpiwait.probe.pace import Pacer
+    from mpiwait.wait.runner import Inbox
 
 _END_STATUS = {
     End.READY: ExitCode.OK,
@@ -58,10 +58,11 @@ def wait_and_exec(run: Run, environ: Mapping[str, str]) -> int:
     from mpiwait.probe.attempt import prober_for
     from mpiwait.probe.lookup import lookup_pool
     from mpiwait.probe.pace import Pacer
+    from mpiwait.wait.runner import Inbox
 
     pacer = Pacer(cache_dir(environ))
-    done: queue.SimpleQueue[tuple[str, Outcome]] = queue.SimpleQueue()
-    with _kept_connections(run, done) as kept:
+    inbox: Inbox[Outcome] = Inbox()
+    with _kept_connections(run, inbox) as kept:
         ssh, prober = prober_for(run.probe, lookup_pool(run.wait.budget.parallel), pacer, kept=kept)
         # ssh settings ssh would refuse (exit 2), unusable key files (exit 3): before any wait
         prober.preflight(first.names)
@@ -75,7 +76,7 @@ def wait_and_exec(run: Run, environ: Mapping[str, str]) -> int:
 
         listeners = _listeners(kept, pacer, prober)
         with _collector_for_logins():
-            result = _wait(run, reader, first.waited, attempt, reporter, done, kept, listeners)
+            result = _wait(run, reader, first.waited, attempt, reporter, inbox, kept, listeners)
     reporter(result)
     if result.end is End.READY:
         _exec_or_advise(run, environ, launch, result, reader.is_self, reporter)
@@ -177,18 +178,16 @@ def _hostfile_text(run: Run) -> tuple[str | None, str | None]:
 
 
 @contextlib.contextmanager
-def _kept_connections(
-    run: Run, done: queue.SimpleQueue[tuple[str, Outcome]]
-) -> Iterator[KeptConnections | None]:
+def _kept_connections(run: Run, inbox: Inbox[Outcome]) -> Iterator[KeptConnections | None]:
     """With --check ssh, the connections of passed logins, held open until the wait ends
-    (their end reported into ``done`` as LOST) and closed before COMMAND starts."""
+    (each end posted to ``inbox`` as a host event) and closed before COMMAND starts."""
     if run.probe.check is not Check.SSH:
         yield None
         return
     from mpiwait.probe.kept import KeptConnections
-    from mpiwait.wait.loop import LOST
+    from mpiwait.wait.runner import ConnectionLost
 
-    kept = KeptConnections(lambda host: done.put((host, LOST)))
+    kept = KeptConnections(lambda host: inbox.post(ConnectionLost(host)))
     try:
         yield kept
     finally:
@@ -234,23 +233,24 @@ def _wait(
     names: tuple[str, ...],
     attempt: Callable[[str], Outcome],
     reporter: Reporter,
-    done: queue.SimpleQueue[tuple[str, Outcome]],
+    inbox: Inbox[Outcome],
     kept: KeptConnections | None,
     listeners: Callable[[Collection[str]], Collection[str]],
 ) -> WaitResult:
-    from mpiwait.probe.outcome import Stage, Status
+    from mpiwait.probe.outcome import Reason, Stage, Status
     from mpiwait.wait.loop import wait_for_hosts
     from mpiwait.wait.runner import ThreadRunner
 
     def unexpected(exc: Exception) -> Outcome:
         # A probe bug or a library surprise must not kill the wait.
-        return Outcome(Status.RETRY, Stage.SSH, "unexpected", f"{type(exc).__name__}: {exc}")
+        detail = f"{type(exc).__name__}: {exc}"
+        return Outcome(Status.RETRY, Stage.SSH, Reason.UNEXPECTED, detail)
 
     return wait_for_hosts(
         first=names,
         read_hosts=reader,
-        runner=ThreadRunner(attempt, run.wait.budget.parallel, unexpected, done),
-        kept=kept.holds if kept is not None else lambda host: False,
+        runner=ThreadRunner(attempt, run.wait.budget.parallel, unexpected, inbox),
+        holds_connection=kept.holds if kept is not None else lambda host: False,
         listeners=listeners,
         policy=run.wait,
         emit=reporter,

@@ -19,10 +19,9 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from mpiwait.openssh.keywords import DECIMAL_TIMES, NEWEST, NEWEST_NAME, SUPPORTED
+from mpiwait.settings import SSH_ASK_TIMEOUT
 
 _VERSION_RE = re.compile(r"OpenSSH_(\d+)\.(\d+)(p\d+)?")
-# ssh -G for one host: it reads every file a connection would, and exits.
-ASK_TIMEOUT = 30.0
 
 
 class Rules(NamedTuple):
@@ -112,7 +111,7 @@ class Client:
                 errors="surrogateescape",  # ssh prints the config's bytes as they are
                 env=dict(environ),
                 stdin=subprocess.DEVNULL,
-                timeout=ASK_TIMEOUT,
+                timeout=SSH_ASK_TIMEOUT,
                 check=False,
             )
         except (OSError, subprocess.TimeoutExpired) as exc:
@@ -153,7 +152,7 @@ def find_client(environ: Mapping[str, str] | None = None) -> Client:
             capture_output=True,
             text=True,
             stdin=subprocess.DEVNULL,
-            timeout=ASK_TIMEOUT,
+            timeout=SSH_ASK_TIMEOUT,
             check=False,
         )
         banner = (p.stderr or p.stdout).strip().splitlines()[0] if (p.stderr or p.stdout) else ""

@@ -20,11 +20,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-# Idle seconds before the first keepalive, seconds between them, unanswered ones before the
-# kernel drops the connection: a worker that vanished silently is noticed within 3 s.
-KEEPALIVE = (1, 1, 2)
-# File descriptors left for everything else (probe sockets, lookups, stdio) when keeping.
-FD_RESERVE = 256
+from mpiwait.settings import KEEPALIVE, KEPT_FD_RESERVE
 
 
 class KeptConnections:
@@ -41,7 +37,7 @@ class KeptConnections:
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
         self._closed = False
         self._limit = resource.getrlimit(resource.RLIMIT_NOFILE)
-        self._budget = _raise_fd_limit(self._limit) - FD_RESERVE
+        self._budget = _raise_fd_limit(self._limit) - KEPT_FD_RESERVE
         self._thread = threading.Thread(target=self._watch, name="mpiwait-kept", daemon=True)
         self._thread.start()
 

@@ -24,12 +24,7 @@ from typing import Any, NamedTuple
 
 from mpiwait.probe.kept import KeptConnections
 from mpiwait.probe.pace import Pacer, address_key
-
-# Connects open at once: well under kept.FD_RESERVE, the descriptors left beside kept ones.
-WINDOW = 128
-# A connect unanswered this long is made again: a SYN dropped at a full accept queue would
-# otherwise wait the kernel's first retransmission, 1 s.
-RESEND = 0.2
+from mpiwait.settings import LISTENER_RESEND, LISTENER_WINDOW
 
 
 class Listener(NamedTuple):
@@ -41,8 +36,8 @@ class Listener(NamedTuple):
 def not_accepting(
     listeners: Mapping[str, Listener],
     *,
-    window: int = WINDOW,
-    resend: float = RESEND,
+    window: int = LISTENER_WINDOW,
+    resend: float = LISTENER_RESEND,
     clock: Callable[[], float] = time.monotonic,
 ) -> set[str]:
     """The hosts whose listener refused, or did not accept within its timeout; every connect

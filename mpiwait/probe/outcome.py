@@ -20,12 +20,37 @@ class Status(str, enum.Enum):
     READY = "ready"  # passed every stage asked for
     RETRY = "retry"  # not yet: time may fix it
     FATAL = "fatal"  # answered, but in a way time will not fix (key rejected, host key mismatch)
-    LOST = "lost"  # not an attempt: the connection kept from a host's last login ended
 
 
-# The reason of an attempt that sshd turned away before its banner: its address is penalised
-# (PerSourcePenalties, OpenSSH 9.8+) or sshd is at MaxStartups; they say the same to a client.
-PENALTY = "penalty"
+class Reason(str, enum.Enum):
+    """Why an attempt ended as it did: short and stable, a change of it is worth a log line."""
+
+    READY = "ready"
+    SSH_CONFIG = "ssh-config"  # ssh would refuse its config (FATAL)
+    UNRESOLVED = "unresolved"  # dns: no such name (yet), or not a valid one
+    TIMEOUT = "timeout"  # dns or tcp: no answer within the stage's timeout
+    RESOLVER_BUSY = "resolver-busy"  # dns: every resolver thread holds a stuck lookup
+    REFUSED = "refused"  # tcp: the address answered, its SSH port is not listening yet
+    UNREACHABLE = "unreachable"
+    CONNECT_ERROR = "connect-error"
+    # sshd turned the address away before its banner: it is penalised (PerSourcePenalties,
+    # OpenSSH 9.8+) or sshd is at MaxStartups; they say the same to a client
+    PENALTY = "penalty"
+    CLOSED = "closed"  # closed before the banner (MaxStartups, a reset)
+    NO_BANNER = "no-banner"
+    HANDSHAKE = "handshake"
+    HOST_KEY = "host-key"  # FATAL
+    IDENTITY = "identity"  # an unusable key file (FATAL)
+    AUTH_METHOD = "auth-method"  # public keys not accepted (FATAL)
+    AUTH_REJECTED = "auth-rejected"  # every key refused (FATAL)
+    REMOTE_COMMAND = "remote-command"  # --remote-command failed or did not finish
+    UNEXPECTED = "unexpected"  # an exception escaped the probe
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return self.value.__format__(spec)
 
 
 class Reached(NamedTuple):
@@ -44,10 +69,18 @@ class Outcome(NamedTuple):
 
     status: Status
     stage: Stage  # READY when status is READY, otherwise the stage that did not pass
-    reason: str  # short and stable ("refused", "timeout", ...): a change of it is worth a log line
+    reason: Reason
     detail: str = ""  # for people: what exactly went wrong
     hint: str | None = None  # what to do about a FATAL outcome
     reached: Reached | None = None  # set when the attempt passed
     # the least delay before the next attempt at this host (0: the schedule's own): one that
     # reached sshd and ended before authenticating counts against sshd's per-source penalties
     pace: float = 0.0
+
+
+def retry(stage: Stage, reason: Reason, detail: str) -> Outcome:
+    """Not yet, at ``stage``: time may fix it."""
+    return Outcome(Status.RETRY, stage, reason, detail)
+
+
+READY = Outcome(Status.READY, Stage.READY, Reason.READY)

@@ -9,13 +9,13 @@ is such a connection. The Pacer keeps the same account per SSH address (``addres
 each such close adds NOAUTH_CHARGE, time runs it down, and the next connection to the address
 waits while the account is above NOAUTH_BUDGET - NOAUTH_CHARGE. So a burst of up to
 NOAUTH_BUDGET connections goes at once, then one a second: the account, and sshd's, stays at
-or below NOAUTH_BUDGET, a third of what activates a penalty (docs/ssh-settings.md).
+or below NOAUTH_BUDGET (2 s, against the 15 s that activate a penalty: docs/ssh-settings.md).
 
 Within a run the account lives in memory and a wait is handed to the schedule
 (``Outcome.pace``). ``--check tcp`` is connect-only and is what scripts run every second
 (readiness probes, discovery loops), so its accounts also outlive the run: one small file per
 address, ``pace-<address>-<port>`` ("<CLOCK_MONOTONIC time> <charge>"; every process of the
-machine shares that clock), in readycache.py's private directory, locked while a connection
+machine shares that clock), in modes/cachedir.py's private directory, locked while a connection
 runs; its wait is slept before connecting. Where no such directory is usable, the account is
 this run's only.
 """

@@ -5,7 +5,7 @@ overrides), in one place.
 tests/integration/test_probes_paramiko.py pins each of these against the installed paramiko (and
 CI runs it against the oldest allowed one too), so that a release that changes one fails there,
 not as a probe that silently misreports. Importing this module imports no paramiko; it must be
-imported before paramiko is (probe/attempt.py and probe/keys.py do), so that paramiko's own
+imported before paramiko is (probe/stages/ and probe/keys.py do), so that paramiko's own
 import skips invoke.
 """
 

@@ -10,7 +10,7 @@ attempts in flight and at most ``probe_rate`` started in any one-second window (
 so a thousand unready workers do not turn into a flood of DNS queries.
 
 A host that has passed stays fresh while others are missing (docs/how-it-works.md): the runner
-reports the end of the connection kept from its login (a LOST outcome), and the host is checked
+reports the end of the connection kept from its login (a host event), and the host is checked
 again at once; and it is checked again ``recheck_after`` / 2 to ``recheck_after`` after each
 pass, within the same limits, while it still counts as ready. One that fails goes back to
 waiting. Before the wait ends with every host ready, those that hold no kept connection and
@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from mpiwait.errors import Interrupted
-from mpiwait.probe.outcome import PENALTY, Outcome, Stage, Status
+from mpiwait.probe.outcome import Outcome, Reason, Stage, Status
+from mpiwait.settings import LISTENER_CHECK_AFTER, WaitPolicy
 from mpiwait.wait.events import (
     End,
     Event,
@@ -44,16 +45,10 @@ from mpiwait.wait.events import (
     StillWaiting,
     WaitResult,
 )
-from mpiwait.wait.policy import WaitPolicy
-from mpiwait.wait.runner import StartWindow
+from mpiwait.wait.runner import ConnectionLost, HostEvent, StartWindow
 
 if TYPE_CHECKING:  # tenacity is imported at the first failed attempt: a quick start needs none
     from mpiwait.wait.schedule import HostRetryState, Schedule
-
-# A listener that accepted a login this recently needs no try at the end of the wait.
-LISTENER_CHECK_AFTER = 1.0
-
-LOST = Outcome(Status.LOST, Stage.SSH, "connection-closed", "its kept connection closed")
 
 
 class Runner(Protocol):
@@ -64,8 +59,9 @@ class Runner(Protocol):
     def start(self, host: str) -> None:
         """Begin one attempt at ``host``; its outcome comes back through ``results``."""
 
-    def results(self, timeout: float) -> list[tuple[str, Outcome]]:
-        """Outcomes finished so far, waiting up to ``timeout`` seconds for the first."""
+    def results(self, timeout: float) -> list[tuple[str, Outcome] | HostEvent]:
+        """Outcomes finished so far, and host events, waiting up to ``timeout`` seconds for the
+        first."""
 
 
 @dataclass
@@ -103,7 +99,7 @@ class _Loop:
     make_schedule: Callable[[], Schedule]
     started: float
     rng: random.Random
-    kept: Callable[[str], bool]  # whether a host holds a kept connection
+    holds_connection: Callable[[str], bool]  # whether a host holds a kept connection
     # the listeners of these hosts tried: those that did not accept
     listeners: Callable[[Collection[str]], Collection[str]]
     tracks: dict[str, _Track] = field(default_factory=dict)
@@ -168,14 +164,11 @@ class _Loop:
     def record(self, host: str, outcome: Outcome, now: float) -> _Track | None:
         """Apply one outcome; returns the track when it ends the wait for good."""
         track = self.tracks[host]
-        if outcome.status is Status.LOST:
-            self._lapse(track, now)
-            return None
         track.in_flight = False
         self.in_flight -= 1
         track.attempts += 1
         rechecked, track.rechecking = track.rechecking or track.counted, False
-        if track.rejected is not None and outcome.reason == PENALTY:
+        if track.rejected is not None and outcome.reason == Reason.PENALTY:
             # sshd penalises the address for the rejections themselves (PerSourcePenalties
             # authfail): its drops continue the streak instead of waiting the penalty out
             outcome = _penalised_after(track.rejected)
@@ -203,7 +196,7 @@ class _Loop:
         if outcome.status is Status.FATAL:
             track.fatal_streak += 1
             track.hint = outcome.hint
-            track.rejected = outcome if outcome.reason == "auth-rejected" else None
+            track.rejected = outcome if outcome.reason == Reason.AUTH_REJECTED else None
             if track.fatal_streak >= self.policy.permanent_after:
                 return track
         else:
@@ -236,6 +229,10 @@ class _Loop:
         if math.isfinite(bound):
             self._schedule(track.host, now + self.rng.uniform(bound / 2, bound))
 
+    def heard(self, event: HostEvent, now: float) -> None:
+        """A host event: its kept connection ended."""
+        self._lapse(self.tracks[event.host], now)
+
     def _lapse(self, track: _Track, now: float) -> None:
         """A passed host's kept connection ended: no longer ready until a check passes."""
         if not track.counted:
@@ -256,7 +253,11 @@ class _Loop:
         if self.round_clean:
             return False
         horizon = now - self.policy.recheck_after
-        stale = [t for t in self.tracks.values() if t.passed_at < horizon and not self.kept(t.host)]
+        stale = [
+            t
+            for t in self.tracks.values()
+            if t.passed_at < horizon and not self.holds_connection(t.host)
+        ]
         if not stale:
             return False
         self.emit(
@@ -280,7 +281,7 @@ class _Loop:
         due = [
             t
             for t in self.tracks.values()
-            if max(t.passed_at, t.listened_at) <= since and self.kept(t.host)
+            if max(t.passed_at, t.listened_at) <= since and self.holds_connection(t.host)
         ]
         if not due:
             return False
@@ -307,7 +308,7 @@ def wait_for_hosts(
     policy: WaitPolicy,
     emit: Callable[[Event], None],
     rng: random.Random | None = None,
-    kept: Callable[[str], bool] = lambda host: False,
+    holds_connection: Callable[[str], bool] = lambda host: False,
     listeners: Callable[[Collection[str]], Collection[str]] = lambda hosts: (),
 ) -> WaitResult:
     """Wait until every listed host is ready, the deadline passes, or a host fails for good.
@@ -315,9 +316,9 @@ def wait_for_hosts(
     ``first`` are the hosts known at the start; ``read_hosts`` re-reads the sources and returns
     (hosts, source descriptions); hosts once listed stay waited for, since a worker that
     disappears from discover_hosts.sh is restarting, not leaving the job. ``rng`` is the
-    source of the retry jitter (tests pass a seeded one). ``kept(host)``: whether the host holds
-    a kept connection, whose end the runner reports as a LOST outcome; ``listeners(hosts)``
-    tries those hosts' listeners and returns the ones that did not accept.
+    source of the retry jitter (tests pass a seeded one). ``holds_connection(host)``: whether the
+    host holds a kept connection, whose end the runner reports as a host event;
+    ``listeners(hosts)`` tries those hosts' listeners and returns the ones that did not accept.
     """
     start = runner.now()
     deadline = start + policy.timeout if policy.timeout > 0 else math.inf
@@ -328,7 +329,7 @@ def wait_for_hosts(
 
         return Schedule(policy.retry, policy.budget.rate, rng, deadline=deadline)
 
-    loop = _Loop(policy, runner, emit, make_schedule, start, rng, kept, listeners)
+    loop = _Loop(policy, runner, emit, make_schedule, start, rng, holds_connection, listeners)
     loop.add(first, start)
     next_reread = start + policy.reread_interval
     next_status = start + policy.status_interval
@@ -350,8 +351,11 @@ def wait_for_hosts(
             wake = min(deadline, next_reread, next_status)
             if loop.due and loop.in_flight < policy.budget.parallel:
                 wake = min(wake, max(loop.due[0][0], window.next_free()))
-            for host, outcome in runner.results(max(0.0, wake - now)):
-                failed = loop.record(host, outcome, runner.now())
+            for item in runner.results(max(0.0, wake - now)):
+                if isinstance(item, ConnectionLost):
+                    loop.heard(item, runner.now())
+                    continue
+                failed = loop.record(item[0], item[1], runner.now())
                 if failed is not None:
                     return loop.result(End.PERMANENT, failed)
     except Interrupted as signal:

@@ -40,8 +40,8 @@ from tenacity.retry import retry_base
 from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
-from mpiwait.probe.outcome import Outcome, Stage, Status
-from mpiwait.wait.policy import RetryPolicy
+from mpiwait.probe.outcome import Outcome, Reason, Stage, Status
+from mpiwait.settings import RetryPolicy
 
 
 class HostRetryState(tenacity.RetryCallState):
@@ -79,7 +79,7 @@ class FollowBudget(wait_base):
         outcome = _last(retry_state)
         if outcome.status is Status.FATAL:
             return self._rng.uniform(0.0, envelope)
-        lo = min(p.floor(outcome.stage), envelope)
+        lo = min(_floor(p, outcome.stage), envelope)
         share = self.missing / self._rate if self._rate > 0 else 0.0
         over = (retry_state.seconds_since_start or 0.0) - p.grace
         aged = lo * 2.0 ** min(over / p.doubling, 64.0) if over > 0 else lo
@@ -110,6 +110,15 @@ class RetryIfNotPassed(retry_base):
 
     def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
         return _last(retry_state).status is not Status.READY
+
+
+def _floor(policy: RetryPolicy, stage: Stage) -> float:
+    """The most often one unready host is tried, by the stage it failed."""
+    if stage is Stage.DNS:
+        return policy.floor_dns
+    if stage is Stage.TCP:
+        return policy.floor_tcp
+    return policy.floor_ssh
 
 
 def _last(retry_state: tenacity.RetryCallState) -> Outcome:
@@ -177,7 +186,7 @@ class Schedule:
         self, *, stage: Stage, status: Status, attempts: int, away: float, missing: int
     ) -> float:
         """As ``next_delay``, for a host away ``away`` seconds, without a deadline."""
-        outcome = Outcome(status, stage, "")
+        outcome = Outcome(status, stage, Reason.READY)  # its reason is not read here
         state = self.state(0.0)
         delay = self.next_delay(
             state, outcome, attempts=attempts, now=away, since=0.0, missing=missing

@@ -240,8 +240,8 @@ def test_last_ready_always_reported_even_when_throttled() -> None:
 
 def test_no_line_per_failed_attempt() -> None:
     """Through the real waiting loop: 40 refused attempts at one host make one line, not 40."""
+    from mpiwait.settings import Budget, RetryPolicy, WaitPolicy
     from mpiwait.wait.loop import wait_for_hosts
-    from mpiwait.wait.policy import Budget, RetryPolicy, WaitPolicy
 
     refused = Outcome(Status.RETRY, Stage.TCP, "refused", "port 22: refused")
     ready = Outcome(Status.READY, Stage.READY, "")

@@ -18,6 +18,9 @@ from mpiwait.settings import (
     RETRY_FLOOR_DNS,
     RETRY_FLOOR_SSH,
     RETRY_FLOOR_TCP,
+    Budget,
+    RetryPolicy,
+    WaitPolicy,
 )
 from mpiwait.wait.events import (
     End,
@@ -28,8 +31,8 @@ from mpiwait.wait.events import (
     Rechecking,
     StillWaiting,
 )
-from mpiwait.wait.loop import LOST, wait_for_hosts
-from mpiwait.wait.policy import Budget, RetryPolicy, WaitPolicy
+from mpiwait.wait.loop import wait_for_hosts
+from mpiwait.wait.runner import ConnectionLost
 from mpiwait.wait.schedule import Schedule
 
 READY = Outcome(Status.READY, Stage.READY, "ready")
@@ -72,7 +75,7 @@ class FakeRunner:
             self.clock = until
             return []
         self.clock = first
-        lost = [(h, LOST) for t, h in self.losses if t <= self.clock]
+        lost = [ConnectionLost(h) for t, h in self.losses if t <= self.clock]
         self.losses = [(t, h) for t, h in self.losses if t > self.clock]
         done = [(t, h) for t, h in self.pending if t <= self.clock]
         self.pending = [(t, h) for t, h in self.pending if t > self.clock]
@@ -133,7 +136,7 @@ def run(
         policy=policy(**kw),
         emit=events.append,
         rng=random.Random(seed),
-        kept=kept,
+        holds_connection=kept,
         listeners=listeners or (lambda hosts: ()),
     )
     return result, events, runner
@@ -527,7 +530,7 @@ def test_a_bound_shorter_than_one_attempt_ends_once_every_host_is_ready():
 
 
 # --------------------------------------------------------------------------------------------
-# kept connections (the runner reports their end as a LOST outcome)
+# kept connections (the runner reports their end as a host event)
 
 
 def _kept_run(probe, losses, **kw):
