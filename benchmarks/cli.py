@@ -10,6 +10,10 @@ Scenarios (names for --scenarios):
   gapscale 6. launch gap against job size: 8, 64, 400, 1000 workers, the last one 60 s late
               (past the re-check bound), mpiwait only; CPU and logins per ready worker while
               waiting
+  cluster  7. on a real single-node Kubernetes with mpi-operator (tests/testbed/cluster): one
+              MPIJob gated by mpiwait, by the operator's WaitForWorkersReady (with and without a
+              readiness probe) or not at all; one worker's image pull 20 s, and the launcher's
+              too (run alone: --scenarios cluster; about 8 minutes for 3 repetitions)
 
 Writes benchmarks/results/<date-time>/ (results.json, results.md, table.txt, and with --chart
 launch-gap.png); --publish also copies the Markdown (and chart) to benchmarks/RESULTS.md.
@@ -37,7 +41,7 @@ from benchmarks.peers import ALL as ALL_METHODS
 from benchmarks.peers import BEFORE
 from benchmarks.peers import base as base_method
 
-SCENARIOS = ("gap", "gap64", "scale", "startup", "load", "listready", "gapscale")
+SCENARIOS = ("gap", "gap64", "scale", "startup", "load", "listready", "gapscale", "cluster")
 QUICK_GAP_METHODS = ("mpiwait", "dns-entrypoint", "parallel-openssh")  # no 10-s sleeps
 
 
@@ -67,9 +71,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--scenarios",
         type=_csv,
-        default=[s for s in SCENARIOS if s != "gapscale"],
+        default=[s for s in SCENARIOS if s not in ("gapscale", "cluster")],
         help=f"comma-separated, from {','.join(SCENARIOS)} (default: all but gapscale, "
-        "which takes about 5 minutes a repetition and variant)",
+        "which takes about 5 minutes a repetition and variant, and cluster, which runs alone)",
     )
     ap.add_argument(
         "--methods",
@@ -280,8 +284,44 @@ def _warm(ctx: Context) -> None:
             subprocess.run(argv, env=env, capture_output=True, timeout=120, check=True)
 
 
+def _cluster(args: argparse.Namespace) -> int:
+    """Scenario 7 on its own: it brings a cluster up (building what is missing) and down."""
+    import tempfile
+
+    from testbed import cluster as kube
+    from testbed.cluster.images import cluster_with_images
+
+    from benchmarks import s7_cluster
+
+    problem = kube.missing_requirements()
+    if problem:
+        sys.stderr.write(f"benchmarks: the cluster cannot run here: {problem}\n")
+        return 2
+    out = (args.out or REPO / "benchmarks" / "results" / time.strftime("%Y%m%d-%H%M%S")).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    with (
+        tempfile.TemporaryDirectory(prefix="mpiwait-bench-k8s-") as tmp,
+        cluster_with_images(Path(tmp)) as c,
+    ):
+        md = s7_cluster.run(c, args.reps or 3, out)
+    head = (
+        f"Scenario 7 ({time.strftime('%Y-%m-%d %H:%M %Z')}, {_machine()}, git {_git(REPO)}, "
+        f"{args.reps or 3} repetitions, {(time.time() - t0) / 60:.1f} min)\n\n"
+    )
+    (out / "cluster.md").write_text(head + md + "\n")
+    print(head + md)
+    print(f"\nwritten: {out}/cluster.json, cluster.md, cluster.png")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if "cluster" in args.scenarios:
+        if args.scenarios != ["cluster"]:
+            sys.stderr.write("benchmarks: scenario cluster runs alone (--scenarios cluster)\n")
+            return 2
+        return _cluster(args)
     problem = _preflight(args)
     if problem:
         sys.stderr.write(f"benchmarks: {problem}\n")

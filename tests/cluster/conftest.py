@@ -6,32 +6,50 @@ images; later runs reuse both."""
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import testbed
-from testbed import containers
-from testbed.cluster import Cluster, bin_dir, images
-
+from testbed.cluster import Cluster, bin_dir
 from testbed.cluster.mpijob import Jobs
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """The cluster as CONTRIBUTING brings it up by hand: ``scripts/cluster up``, stopped as by
+    Ctrl-C (SIGTERM) at the end of the session, which must leave nothing behind."""
     testbed.require("cluster")
     bins = bin_dir()
     work = tmp_path_factory.mktemp("k8s")
-    with containers.Engine(work / "engine") as engine:
-        archive = images.build_all(engine, bins, work / "images")
-    c = Cluster(work / "cluster", bins)
-    c.start()
+    ready = work / "ready"
+    log = work / "scripts-cluster.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(
+            [str(REPO / "scripts/cluster"), "up", "--workdir", str(work), "--ready-file",
+             str(ready)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
     try:
-        c.import_image(archive)
-        archive.unlink()
-        yield c
+        deadline = time.monotonic() + 1800
+        while not ready.exists():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"scripts/cluster up did not come up:\n{log.read_text()[-4000:]}")
+            time.sleep(0.5)
+        yield Cluster(work / "cluster", bins)
     finally:
-        c.stop()
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(180)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait(30)
+    said = log.read_text()
+    assert rc == 0 and said.rstrip().endswith("cluster: down"), said[-4000:]
 
 
 @pytest.fixture

@@ -6,9 +6,9 @@ how often restarted, their exit), mpirun's output in ``kubectl logs`` and mpiwai
 
 from __future__ import annotations
 
+import re
 import time
 
-import pytest
 from testbed.cluster import images
 from testbed.cluster.mpijob import Jobs, as_deployed, hold_back, load_example, without_init
 
@@ -57,8 +57,9 @@ def test_initcontainer_example_without_mpiwait_fails_its_first_launch(jobs: Jobs
         timeout=180,
     )
     assert failed
-    first = jobs.launcher_pods(job)[0]
-    said = jobs.logs(first["metadata"]["name"], "tensorflow-benchmarks")
+    failed = [p for p in jobs.launcher_pods(job) if p["status"]["phase"] == "Failed"]
+    assert failed, jobs.describe(job)
+    said = jobs.logs(failed[0]["metadata"]["name"], "tensorflow-benchmarks")
     assert "ORTE" in said or "resolve" in said or "daemon" in said, said
 
 
@@ -67,7 +68,9 @@ def test_entrypoint_example_one_image_both_roles(jobs: Jobs) -> None:
     for spec in doc["spec"]["mpiReplicaSpecs"].values():
         spec["template"]["spec"]["containers"][0]["image"] = images.PI_MPIWAIT
     job = jobs.create(doc)
-    out = _assert_one_clean_launch(jobs, job, [f"{job}-worker-0", f"{job}-worker-1"], "mpi-launcher")
+    out = _assert_one_clean_launch(
+        jobs, job, [f"{job}-worker-0", f"{job}-worker-1"], "mpi-launcher"
+    )
     assert "pi on" in out
     # Workers: mpiwait stepped aside (K_MPI_JOB_ROLE=worker) and sshd runs as the pod's process.
     for w in jobs.worker_pods(job):
@@ -87,23 +90,21 @@ def test_worker_replaced_after_it_passed(jobs: Jobs) -> None:
         if not pods:
             return ""
         log = jobs.logs(pods[0]["metadata"]["name"], "wait-for-workers")
-        return log if w0 in log and "ready" in log.lower() else ""
+        return log if re.search(rf"\d+/2 ready \({re.escape(w0)}\.", log) else ""
 
     jobs.wait_for("worker 0 passed", launcher_waiting, timeout=120)
     old = jobs.get("pod", w0)
     jobs.kubectl("delete", "pod", w0, "--grace-period=1")
-    new = jobs.wait_for(
-        "worker 0 replaced",
-        lambda: (p := jobs.get("pod", w0)) if (
-            jobs.kubectl("get", "pod", w0, check=False).returncode == 0
-            and jobs.get("pod", w0)["metadata"]["uid"] != old["metadata"]["uid"]
-            and jobs.get("pod", w0)["status"].get("podIP")
-        ) else None,
-        timeout=90,
-    )  # fmt: skip
-    assert new["status"]["podIP"] != old["status"]["podIP"] or new["metadata"]["uid"] != old[
-        "metadata"
-    ]["uid"]
+
+    def replaced() -> dict | None:
+        if jobs.kubectl("get", "pod", w0, check=False).returncode != 0:
+            return None
+        pod = jobs.get("pod", w0)
+        fresh = pod["metadata"]["uid"] != old["metadata"]["uid"] and pod["status"].get("podIP")
+        return pod if fresh else None
+
+    new = jobs.wait_for("worker 0 replaced", replaced, timeout=90)
+    assert new["status"]["podIP"] != old["status"]["podIP"]
     _assert_one_clean_launch(jobs, job, [w0, f"{job}-worker-1"], "tensorflow-benchmarks")
 
 
@@ -166,4 +167,4 @@ def test_list_ready_follows_discover_hosts_as_the_kubelet_updates_it(jobs: Jobs)
     alone = [s for s in seen if "worker-0" in s and "worker-1" not in s]
     assert alone, lines  # worker 0 listed while worker 1 was still held back
     assert "worker-1" in seen[-1] and "worker-0" in seen[-1], lines
-    assert all("worker-1" in s for s in seen[seen.index(seen[-1]):]), lines
+    assert all("worker-1" in s for s in seen[seen.index(seen[-1]) :]), lines

@@ -194,12 +194,9 @@ def _loopback() -> Found | str:
     return Found("loopback")
 
 
-def _go() -> Found | str:
-    found = shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")
-    return Found("go", Path(found)) if found else "no `go` on PATH nor in /usr/local/go/bin"
-
-
 def _cluster_built() -> Found | str:
+    if not (shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")):
+        return "no Go toolchain (`go` on PATH or in /usr/local/go/bin) to build it with"
     cp = subprocess.run(
         [str(REPO / "scripts/build-cluster"), "--check"], capture_output=True, text=True,
         timeout=60, stdin=subprocess.DEVNULL,
@@ -299,17 +296,11 @@ def _table() -> dict[str, Need]:
             Install("apt", "containernetworking-plugins"),
         ),
         Need(
-            "go",
-            "a Go toolchain (builds the cluster's upstream components)",
-            _go,
-            Install("none", "Go 1.26 comes with the machine (polyglot kind)"),
-        ),
-        Need(
             "cluster",
             "a single-node Kubernetes with mpi-operator (testbed.cluster)",
             _cluster_built,
             Install("script", "scripts/build-cluster"),
-            requires=("root", "go", "containers", "ctr", "openssl", "cni-plugins", "ip"),
+            requires=("root", "containers", "ctr", "openssl", "cni-plugins", "ip"),
         ),
         Need(
             "openssh-releases",

@@ -181,25 +181,43 @@ def find(base: Baseline, me: int | None = None) -> Leftovers:
             rules += engine_rules(f"{prefix}{_b36(me)}-")
     return Leftovers(
         tuple(beds), tuple(names), tuple(mounts), tuple(sorted(set(pids))), tuple(running),
-        tuple(rules), tuple(_cluster_state(base)),
+        tuple(rules), tuple(_cluster_state(base, me)),
     )  # fmt: skip
 
 
-def _cluster_state(base: Baseline) -> list[str]:
-    """A test cluster's bridge, its pods' network namespaces and its cgroups, where the session
-    did not start with them (testbed.cluster removes them in Cluster.stop())."""
+def _cluster_state(base: Baseline, me: int) -> list[str]:
+    """A test cluster's host state that testbed.cluster's Cluster.stop() removes: its cgroups
+    (named with the owner's tag: this process's, or a dead owner's) and, unless another live
+    process runs a cluster, the pods' bridge and network namespaces the session did not start
+    with."""
     if os.geteuid() != 0:
         return []
     found = []
-    now = _names() - base.names
-    found += [f"link {n}" for n in sorted(now) if n == cluster.BRIDGE]
-    found += [f"netns {n}" for n in sorted(now) if n.startswith("cni-")]
-    found += [
-        f"cgroup {h / cluster.CGROUP_ROOT}"
-        for h in cluster.Cluster._cgroup_hierarchies()
-        if (h / cluster.CGROUP_ROOT).exists()
-    ]
+    prefix = f"{cluster.CGROUP_ROOT}-{cluster.CLUSTER_PREFIX}"
+    for h in cluster.Cluster._cgroup_hierarchies():
+        for d in sorted(h.glob(f"{prefix}*")):
+            owner = d.name.removeprefix(prefix).split("-", 1)[0]
+            with contextlib.suppress(ValueError):
+                pid = int(owner, 36)
+                if pid == me or not Path(f"/proc/{pid}").exists():
+                    found.append(f"cgroup {d}")
+    if not _foreign_cluster(me):
+        now = _names() - base.names
+        found += [f"link {n}" for n in sorted(now) if n == cluster.BRIDGE]
+        found += [f"netns {n}" for n in sorted(now) if n.startswith("cni-")]
     return found
+
+
+def _foreign_cluster(me: int) -> bool:
+    """Whether a live process other than ``me`` runs a test cluster (its kubelet is tagged)."""
+    mine = f"{_sys.ENV_TAG}={cluster.CLUSTER_PREFIX}{_b36(me)}-".encode()
+    theirs = f"\0{_sys.ENV_TAG}={cluster.CLUSTER_PREFIX}".encode()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit() and _proc_tagged(int(entry.name), [theirs]):
+            with contextlib.suppress(OSError):
+                if mine not in Path(f"/proc/{entry.name}/environ").read_bytes():
+                    return True
+    return False
 
 
 def _foreign_dockerd(tags: Sequence[bytes], protected: set[int]) -> bool:

@@ -14,7 +14,8 @@ What it does to the host, and undoes in ``stop()``:
   bridged pod traffic), tagged like containers.Engine's rules;
 - ``ip_forward`` and the sysctls the kubelet rewrites (``vm.overcommit_memory``, ``kernel.panic``
   ...), restored to their values before;
-- cgroups under ``/<CGROUP_ROOT>`` in every v1 hierarchy (the kubelet's cgroupRoot);
+- cgroups under ``/<CGROUP_ROOT>-<tag>`` in every v1 hierarchy (the kubelet's cgroupRoot; the
+  tag names the test process that owns it, so a leak check finds only its own);
 - the kubelet's root directory is a shared bind mount of itself (``/`` is private here);
 - the pods' network namespaces and mounts, removed with the pods.
 Name lookups stay inside: CoreDNS has no ``forward`` (names outside cluster.local fail), the
@@ -51,7 +52,7 @@ BRIDGE = "mwk8s0"
 NODE_IP = "10.88.0.1"
 POD_CIDR = "10.88.0.0/16"
 SERVICE_CIDR = "10.96.0.0/16"
-CGROUP_ROOT = "mpiwait-k8s"
+CGROUP_ROOT = "mpiwait-k8s"  # + "-" + the cluster's tag: the kubelet's cgroupRoot
 CGROUP_V1 = Path("/sys/fs/cgroup")
 CNI_BIN = "/usr/lib/cni"
 PAUSE_IMAGE = "docker.io/mpiwait-tests/pause:1"
@@ -107,7 +108,9 @@ def _run(argv: Sequence[str], timeout: float = 120, check: bool = True, **kw: An
         stdin=kw.pop("stdin", subprocess.DEVNULL), **kw,
     )  # fmt: skip
     if check and p.returncode != 0:
-        raise ClusterError(f"{' '.join(map(str, argv))[:300]}: exit {p.returncode}: {p.stderr[-2000:]}")
+        raise ClusterError(
+            f"{' '.join(map(str, argv))[:300]}: exit {p.returncode}: {p.stderr[-2000:]}"
+        )
     return p.stdout
 
 
@@ -136,7 +139,8 @@ def corefile(dns: str, kubeconfig: Path) -> str:
         f"        kubeconfig {kubeconfig}\n        pods insecure\n"
         f"        fallthrough in-addr.arpa ip6.arpa\n        ttl 30\n    }}\n"
         f"{cache}    loadbalance\n}}\n"
-        f".:53 {{\n    bind {NODE_IP}\n    errors\n    template ANY ANY {{\n        rcode NXDOMAIN\n    }}\n}}\n"
+        f".:53 {{\n    bind {NODE_IP}\n    errors\n"
+        "    template ANY ANY {\n        rcode NXDOMAIN\n    }\n}\n"
     )
 
 
@@ -173,6 +177,7 @@ class Cluster:
         self.logs = workdir / "logs"
         self.ctr_sock = workdir / "containerd/containerd.sock"
         self.kubelet_root = workdir / "kubelet"
+        self.cgroup_root = f"{CGROUP_ROOT}-{self.tag}"
         self.started = 0.0
 
     def __enter__(self) -> Cluster:
@@ -275,7 +280,7 @@ class Cluster:
         _run(["iptables", "-w", "-I", "FORWARD", "1", *rule])
         self._rules.append(rule)
         for hierarchy in self._cgroup_hierarchies():
-            (hierarchy / CGROUP_ROOT).mkdir(exist_ok=True)
+            (hierarchy / self.cgroup_root).mkdir(exist_ok=True)
         # The kubelet's volumes must propagate into containers; this machine's / is private.
         _run(["mount", "--bind", str(self.kubelet_root), str(self.kubelet_root)])
         _run(["mount", "--make-rshared", str(self.kubelet_root)])
@@ -292,7 +297,8 @@ class Cluster:
     def _pki(self) -> None:
         pki = self.workdir / "pki"
         _run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout",
-              f"{pki}/ca.key", "-out", f"{pki}/ca.crt", "-days", "30", "-subj", "/CN=mpiwait-test-ca"])  # fmt: skip
+              f"{pki}/ca.key", "-out", f"{pki}/ca.crt", "-days", "30",
+              "-subj", "/CN=mpiwait-test-ca"])  # fmt: skip
         san = (
             "subjectAltName=DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,"
             "DNS:kubernetes.default.svc.cluster.local,DNS:localhost,IP:127.0.0.1,IP:10.96.0.1,"
@@ -337,7 +343,8 @@ class Cluster:
             "plugins": [{
                 "type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False,
                 "hairpinMode": True,
-                "ipam": {"type": "host-local", "ranges": [[{"subnet": POD_CIDR, "gateway": NODE_IP}]],
+                "ipam": {"type": "host-local",
+                         "ranges": [[{"subnet": POD_CIDR, "gateway": NODE_IP}]],
                          "dataDir": str(self.workdir / "cni-ipam")},
             }],
         }))  # fmt: skip
@@ -351,7 +358,7 @@ class Cluster:
             f'  sandbox_image = "{PAUSE_IMAGE}"\n'
             "  enable_selinux = false\n"
             # This machine withholds CAP_SYS_RESOURCE even from root: the kubelet's -998 for the
-            # sandbox (and -997 for Guaranteed pods) cannot be set; containerd clamps them to its own.
+            # sandbox (and -997 for Guaranteed pods) cannot be set; containerd clamps them.
             "  restrict_oom_score_adj = true\n"
             '  [plugins."io.containerd.grpc.v1.cri".containerd]\n'
             '    snapshotter = "overlayfs"\n    default_runtime_name = "runc"\n'
@@ -378,7 +385,7 @@ class Cluster:
         resolv = self._write("resolv.conf", "")
         config = self._write("kubelet.yaml", json.dumps({
             "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-            "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupRoot": f"/{CGROUP_ROOT}",
+            "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupRoot": f"/{self.cgroup_root}",
             "failSwapOn": False,
             "containerRuntimeEndpoint": f"unix://{self.ctr_sock}",
             "address": NODE_IP, "port": 10250, "healthzPort": 0, "readOnlyPort": 0,
@@ -410,7 +417,9 @@ class Cluster:
             stdin=None if input is not None else subprocess.DEVNULL,
         )  # fmt: skip
         if check and p.returncode != 0:
-            raise ClusterError(f"kubectl {' '.join(args)[:300]}: exit {p.returncode}: {p.stderr[-2000:]}")
+            raise ClusterError(
+                f"kubectl {' '.join(args)[:300]}: exit {p.returncode}: {p.stderr[-2000:]}"
+            )
         return p
 
     def get(self, *args: str) -> Any:
@@ -463,9 +472,10 @@ class Cluster:
                 self.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=1",
                              "--wait=false", check=False)  # fmt: skip
                 deadline = time.monotonic() + 60
-                while time.monotonic() < deadline and self.kubectl(
-                    "get", "pods", "-A", "-o", "name", check=False
-                ).stdout.strip():
+                while (
+                    time.monotonic() < deadline
+                    and self.kubectl("get", "pods", "-A", "-o", "name", check=False).stdout.strip()
+                ):
                     time.sleep(0.5)
         for name in reversed(list(self._procs)):
             p = self._procs[name]
@@ -487,7 +497,7 @@ class Cluster:
             subprocess.run(["iptables", "-w", "-D", "FORWARD", *self._rules.pop()],
                            capture_output=True)  # fmt: skip
         for hierarchy in self._cgroup_hierarchies():
-            root = hierarchy / CGROUP_ROOT
+            root = hierarchy / self.cgroup_root
             if root.is_dir():
                 for d in sorted((p for p in root.rglob("*") if p.is_dir()), reverse=True):
                     with contextlib.suppress(OSError):
@@ -503,7 +513,7 @@ class Cluster:
         """Shims and containers' processes (each in the cluster's cgroups or tagged)."""
         pids: set[int] = set()
         for hierarchy in self._cgroup_hierarchies():
-            root = hierarchy / CGROUP_ROOT
+            root = hierarchy / self.cgroup_root
             for procs in root.rglob("cgroup.procs") if root.is_dir() else ():
                 with contextlib.suppress(OSError):
                     pids |= {int(x) for x in procs.read_text().split()}
@@ -511,7 +521,7 @@ class Cluster:
             if pid_dir.name.isdigit():
                 with contextlib.suppress(OSError):
                     cmd = (pid_dir / "cmdline").read_bytes()
-                    if b"containerd-shim" in cmd and str(self.ctr_sock).encode() in cmd or (
+                    if (b"containerd-shim" in cmd and str(self.ctr_sock).encode() in cmd) or (
                         f"{ENV_TAG}={self.tag}".encode() in (pid_dir / "environ").read_bytes()
                     ):
                         pids.add(int(pid_dir.name))

@@ -16,11 +16,14 @@ images): mpirun reaching every worker is what the tier checks.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 from .. import containers
+from . import Cluster, bin_dir
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -106,3 +109,20 @@ def build_all(engine: containers.Engine, bins: Path, out: Path) -> Path:
     tar = out / "images.tar"
     engine.docker("save", "-o", str(tar), *ALL, timeout=900)
     return tar
+
+
+@contextlib.contextmanager
+def cluster_with_images(work: Path, dns: str = "kubeadm") -> Iterator[Cluster]:
+    """Build what is not built (scripts/build-cluster, the images), start a Cluster in
+    ``work``/cluster with every image imported; stopped on leaving."""
+    bins = bin_dir()
+    with containers.Engine(work / "engine") as engine:
+        archive = build_all(engine, bins, work / "images")
+    c = Cluster(work / "cluster", bins, dns=dns)
+    try:
+        c.start()
+        c.import_image(archive)
+        archive.unlink()
+        yield c
+    finally:
+        c.stop()

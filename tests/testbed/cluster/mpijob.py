@@ -99,7 +99,7 @@ class Jobs:
         self.kubectl("patch", kind, name, "--type=merge", "-p", json.dumps(patch))
 
     def condition(self, job: str) -> str | None:
-        """"Succeeded" or "Failed" once the MPIJob has finished, else None."""
+        """ "Succeeded" or "Failed" once the MPIJob has finished, else None."""
         status = self.get("mpijob", job).get("status", {})
         for c in status.get("conditions", []):
             if c["type"] in ("Succeeded", "Failed") and c["status"] == "True":
@@ -152,7 +152,9 @@ class Jobs:
             name = pod["metadata"]["name"]
             for c in _containers({"template": {"spec": pod["spec"]}}):
                 out.append(f"--- {name}/{c['name']}\n{self.logs(name, c['name'])[-3000:]}")
-        out.append(self.kubectl("get", "events", "--sort-by=.lastTimestamp", check=False).stdout[-4000:])
+        out.append(
+            self.kubectl("get", "events", "--sort-by=.lastTimestamp", check=False).stdout[-4000:]
+        )
         return "\n".join(out)
 
     def close(self) -> None:
