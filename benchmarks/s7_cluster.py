@@ -68,20 +68,25 @@ def _stamp(line: str) -> float:
     return t + float("0." + frac) if frac else t
 
 
-def _first(jobs: Jobs, pod: str, container: str, needle: str) -> float | None:
+def _first(jobs: Jobs, pod: str, container: str, match: Any) -> float | None:
+    """The kubelet's time of the first line of ``pod``'s log for which ``match(text)`` holds."""
     out = jobs.kubectl("logs", "--timestamps", pod, "-c", container, check=False).stdout
     for line in out.splitlines():
-        if needle in line:
-            return _stamp(line)
+        stamp, _, text = line.partition(" ")
+        if stamp and match(text.strip()):
+            return _stamp(stamp)
     return None
 
 
 def measure(jobs: Jobs, name: str, created: float, succeeded: float | None) -> dict[str, Any]:
-    worker_log = _first(jobs, f"{name}-worker-1", "tensorflow-benchmarks", "Server listening")
+    worker_log = _first(
+        jobs, f"{name}-worker-1", "tensorflow-benchmarks", lambda t: "Server listening" in t
+    )
+    ranks = {f"{name}-worker-0", f"{name}-worker-1"}  # what each rank prints: its host name
     first_rank = None
     launchers = jobs.launcher_pods(name)
     for pod in launchers:
-        t = _first(jobs, pod["metadata"]["name"], "tensorflow-benchmarks", f"{name}-worker-")
+        t = _first(jobs, pod["metadata"]["name"], "tensorflow-benchmarks", ranks.__contains__)
         if t is not None and (first_rank is None or t < first_rank):
             first_rank = t
     failed = sum(1 for p in launchers if p["status"].get("phase") == "Failed")

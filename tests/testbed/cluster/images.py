@@ -10,6 +10,8 @@ from debootstrap) and handed to the cluster's containerd as ``docker save`` arch
 - ``MPICH_PI``: the operator's MPICH pi image (``mpioperator/mpi-pi:mpich``: trixie, MPICH,
   client and server on port 2222, mpiuser with its own sshd config), and ``PI_MPIWAIT``:
   examples/kubernetes/entrypoint.Dockerfile built unchanged on it.
+- ``OPENMPI_PI``: the same with trixie's Open MPI 5 (``mpioperator/mpi-pi:openmpi``), and
+  ``PI_OPENMPI_MPIWAIT``: examples/kubernetes/trainer-entrypoint.Dockerfile built unchanged on it.
 ``/home/mpiuser/pi`` and ``/usr/local/bin/pi`` print the host they ran on (no compiler in the
 images): mpirun reaching every worker is what the tier checks.
 """
@@ -40,7 +42,9 @@ MPIWAIT = f"ghcr.io/mpiwait/mpiwait:{VERSION}"
 OPENMPI = "docker.io/mpiwait-tests/openmpi:bookworm"
 MPICH_PI = "docker.io/mpioperator/mpi-pi:mpich"
 PI_MPIWAIT = f"ghcr.io/mpiwait/pi-mpich-mpiwait:{VERSION}"
-ALL = (PAUSE, MPIWAIT, OPENMPI, MPICH_PI, PI_MPIWAIT)
+OPENMPI_PI = "docker.io/mpioperator/mpi-pi:openmpi"
+PI_OPENMPI_MPIWAIT = f"ghcr.io/mpiwait/pi-openmpi-mpiwait:{VERSION}"
+ALL = (PAUSE, MPIWAIT, OPENMPI, MPICH_PI, PI_MPIWAIT, OPENMPI_PI, PI_OPENMPI_MPIWAIT)
 
 # mpi-operator v0.8.2's build/base/Dockerfile's ssh settings with Open MPI 4 (Debian 12's 4.1,
 # OpenSSH 9.2), as root on port 22: what the operator's tensorflow-benchmarks and Horovod images
@@ -60,12 +64,13 @@ RUN apt-get update \
     && chmod 0755 /usr/local/bin/pi
 """
 
-# mpi-operator v0.8.2's build/base/Dockerfile and mpich.Dockerfile, as the pi example sees them.
-MPICH_PI_DOCKERFILE = r"""
+# mpi-operator v0.8.2's build/base/Dockerfile and mpich.Dockerfile (or openmpi.Dockerfile: trixie's
+# Open MPI 5), as the pi example sees them.
+PI_DOCKERFILE = r"""
 FROM debian:trixie-slim
 RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        openssh-server openssh-client mpich hostname \
+        openssh-server openssh-client {mpi} hostname \
     && rm -rf /var/lib/apt/lists/* \
     && mkdir -p /var/run/sshd \
     && sed -i "s/[ #]\(.*StrictHostKeyChecking \).*/ \1no/g" /etc/ssh/ssh_config \
@@ -99,13 +104,18 @@ def build_all(engine: containers.Engine, bins: Path, out: Path) -> Path:
     )  # fmt: skip
     if p.returncode != 0:
         raise containers.EngineError(f"scripts/build-image: {p.stdout[-2000:]}{p.stderr[-2000:]}")
-    for ref, dockerfile in ((OPENMPI, OPENMPI_DOCKERFILE), (MPICH_PI, MPICH_PI_DOCKERFILE)):
+    for ref, dockerfile in (
+        (OPENMPI, OPENMPI_DOCKERFILE),
+        (MPICH_PI, PI_DOCKERFILE.replace("{mpi}", "mpich")),
+        (OPENMPI_PI, PI_DOCKERFILE.replace("{mpi}", "openmpi-bin")),
+    ):
         ctx = out / ref.rsplit("/", 1)[-1].replace(":", "-")
         ctx.mkdir(exist_ok=True)
         (ctx / "Dockerfile").write_text(dockerfile)
         engine.build(ctx, ref)
     k8s = REPO / "examples/kubernetes"
     engine.build(k8s, PI_MPIWAIT, "-f", str(k8s / "entrypoint.Dockerfile"))
+    engine.build(k8s, PI_OPENMPI_MPIWAIT, "-f", str(k8s / "trainer-entrypoint.Dockerfile"))
     tar = out / "images.tar"
     engine.docker("save", "-o", str(tar), *ALL, timeout=900)
     return tar

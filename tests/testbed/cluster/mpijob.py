@@ -37,13 +37,17 @@ def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def as_deployed(doc: dict[str, Any]) -> dict[str, Any]:
-    """``doc`` with the images the tier built and ``imagePullPolicy: Never`` (no registry);
-    nothing else changed."""
+    """``doc`` with the images the tier built and ``imagePullPolicy: Never`` (no registry), and
+    CPU limits of a whole CPU made half of one (a limit without a request is also the request,
+    and the test node has 2 CPUs for a launcher and 2 workers); nothing else changed."""
     doc = copy.deepcopy(doc)
     for spec in doc["spec"]["mpiReplicaSpecs"].values():
         for c in _containers(spec):
             c["image"] = IMAGE_MAP.get(c["image"], c["image"])
             c["imagePullPolicy"] = "Never"
+            limits = c.get("resources", {}).get("limits", {})
+            if str(limits.get("cpu", "")) in ("1", "1000m"):
+                limits["cpu"] = "500m"
     return doc
 
 
