@@ -1,4 +1,4 @@
-"""The cluster tier: one real single-node Kubernetes with the real mpi-operator per session
+"""The cluster tier: one real single-node Kubernetes with the real mpi-operator for the tier
 (testbed.cluster), its images built by the test bed's container engine and imported, and one
 namespace per test. The first run on a machine builds the cluster (scripts/build-cluster) and the
 images; later runs reuse both."""
@@ -20,10 +20,12 @@ from testbed.cluster.mpijob import Jobs
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     """The cluster as CONTRIBUTING brings it up by hand: ``scripts/cluster up``, stopped as by
-    Ctrl-C (SIGTERM) at the end of the session, which must leave nothing behind."""
+    Ctrl-C (SIGTERM) once the module's tests are done (not at the session's end: the rest of
+    the suite runs without it; the tier is one module, so one cluster), which must leave
+    nothing behind."""
     testbed.require("cluster")
     bins = bin_dir()
     work = tmp_path_factory.mktemp("k8s")

@@ -52,29 +52,8 @@ BUNDLE_LIMIT = 60 * 1024 * 1024
 
 pytestmark = [pytest.mark.container, testbed.needs("containers")]
 
-# mpi-operator's mpi-pi:mpich as far as mpiwait and mpirun can tell: Debian, MPICH, OpenSSH with
-# the operator's base-image edits (client and server on port 2222, no host key checks), mpiuser
-# (uid 1000) with the non-root sshd config the operator's images carry. /home/mpiuser/pi prints
-# where it ran instead of computing pi (no compiler here).
-OPERATOR_PI_DOCKERFILE = r"""
-FROM debian:bullseye-slim
-RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        openssh-server openssh-client mpich \
-    && rm -rf /var/lib/apt/lists/* \
-    && mkdir -p /var/run/sshd \
-    && sed -i "s/[ #]\(.*StrictHostKeyChecking \).*/ \1no/g" /etc/ssh/ssh_config \
-    && echo "    UserKnownHostsFile /dev/null" >> /etc/ssh/ssh_config \
-    && sed -i "s/[ #]\(.*Port \).*/ \12222/g" /etc/ssh/ssh_config \
-    && sed -i "s/#\(StrictModes \).*/\1no/g" /etc/ssh/sshd_config \
-    && sed -i "s/#\(Port \).*/\12222/g" /etc/ssh/sshd_config \
-    && useradd -m -u 1000 -s /bin/bash mpiuser && usermod -p '*' mpiuser \
-    && printf 'PidFile %s/sshd.pid\nHostKey %s/.ssh/id_rsa\nStrictModes no\nPort 2222\n' \
-        /home/mpiuser /home/mpiuser > /home/mpiuser/.sshd_config \
-    && printf '#!/bin/sh\necho "pi on $(hostname)"\n' > /home/mpiuser/pi \
-    && chmod 0755 /home/mpiuser/pi && chown -R mpiuser:mpiuser /home/mpiuser
-WORKDIR /home/mpiuser
-"""
+# mpi-operator's mpi-pi:mpich as far as mpiwait and mpirun can tell (on bullseye's MPICH).
+OPERATOR_PI_DOCKERFILE = containers.operator_pi_dockerfile("bullseye", "mpich")
 
 # The README's way of putting mpiwait into an image (Deploy, "As the ENTRYPOINT").
 COPY_IN_DOCKERFILE = """

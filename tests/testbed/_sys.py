@@ -10,6 +10,7 @@ import os
 import pwd
 import re
 import shlex
+import shutil
 import signal
 import socket
 import struct
@@ -253,6 +254,14 @@ SSHD_KEY_LOGIN_ONLY = (
     "PermitRootLogin prohibit-password\n"
     "StrictModes no\n"
 )
+
+
+def root_and_tools(why_root: str, tools: Sequence[str], install: str) -> str | None:
+    """Why something that needs root and ``tools`` cannot run here (a phrase), or None."""
+    if os.geteuid() != 0:
+        return f"needs root ({why_root})"
+    missing = [t for t in tools if shutil.which(t) is None]
+    return f"{', '.join(missing)} not installed ({install})" if missing else None
 
 
 def spawn(argv: Sequence[str], log: Path | None, env: Mapping[str, str]) -> subprocess.Popen[Any]:

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from ._sys import ENV_TAG, b36, spawn
+from ._sys import ENV_TAG, b36, root_and_tools, spawn
 
 CACHE = Path(os.environ.get("MPIWAIT_TEST_CACHE", "/var/cache/mpiwait-tests"))
 MIRROR = os.environ.get("MPIWAIT_TEST_MIRROR", "http://deb.debian.org/debian")
@@ -70,13 +70,8 @@ class EngineError(RuntimeError):
 
 def missing_requirements() -> str | None:
     """Why the container tests cannot run here, or None."""
-    if os.geteuid() != 0:
-        return "needs root (runs a dockerd of its own)"
-    missing = [t for t in TOOLS if shutil.which(t) is None]
-    if missing:
-        need = "apt-get install docker.io debootstrap iptables"
-        return f"{', '.join(missing)} not installed ({need})"
-    return None
+    need = "apt-get install docker.io debootstrap iptables"
+    return root_and_tools("runs a dockerd of its own", TOOLS, need)
 
 
 def _run(argv: Sequence[str], timeout: float = 600, **kw) -> subprocess.CompletedProcess[str]:
@@ -465,6 +460,36 @@ class Engine:
 
     def image_size(self, ref: str) -> int:
         return int(self.docker("image", "inspect", "-f", "{{.Size}}", ref).stdout)
+
+
+# --- images of the tests ---------------------------------------------------------------------
+
+
+def operator_pi_dockerfile(suite: str, mpi: str) -> str:
+    """mpi-operator's pi image (``mpioperator/mpi-pi:<mpi>``) as far as mpiwait and mpirun can
+    tell: Debian ``suite``, the MPI package ``mpi``, OpenSSH with the operator's base-image edits
+    (client and server on port 2222, no host key checks), mpiuser (uid 1000) with the non-root
+    sshd config the operator's images carry. /home/mpiuser/pi prints where it ran instead of
+    computing pi (no compiler here)."""
+    return rf"""
+FROM debian:{suite}-slim
+RUN apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        openssh-server openssh-client {mpi} hostname \
+    && rm -rf /var/lib/apt/lists/* \
+    && mkdir -p /var/run/sshd \
+    && sed -i "s/[ #]\(.*StrictHostKeyChecking \).*/ \1no/g" /etc/ssh/ssh_config \
+    && echo "    UserKnownHostsFile /dev/null" >> /etc/ssh/ssh_config \
+    && sed -i "s/[ #]\(.*Port \).*/ \12222/g" /etc/ssh/ssh_config \
+    && sed -i "s/#\(StrictModes \).*/\1no/g" /etc/ssh/sshd_config \
+    && sed -i "s/#\(Port \).*/\12222/g" /etc/ssh/sshd_config \
+    && useradd -m -u 1000 -s /bin/bash mpiuser && usermod -p '*' mpiuser \
+    && printf 'PidFile %s/sshd.pid\nHostKey %s/.ssh/id_rsa\nStrictModes no\nPort 2222\n' \
+        /home/mpiuser /home/mpiuser > /home/mpiuser/.sshd_config \
+    && printf '#!/bin/sh\necho "pi on $(hostname)"\n' > /home/mpiuser/pi \
+    && chmod 0755 /home/mpiuser/pi && chown -R mpiuser:mpiuser /home/mpiuser
+WORKDIR /home/mpiuser
+"""
 
 
 # --- Compose --------------------------------------------------------------------------------

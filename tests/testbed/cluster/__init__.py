@@ -38,11 +38,11 @@ import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .._sys import ENV_TAG, b36, spawn
+from .._sys import ENV_TAG, b36, kill_group, root_and_tools, spawn
 from ..containers import RULE_TAG
 
 HERE = Path(__file__).resolve().parent
@@ -78,14 +78,12 @@ class ClusterError(RuntimeError):
 
 def missing_requirements() -> str | None:
     """Why a cluster cannot run here, or None."""
-    if os.geteuid() != 0:
-        return "needs root (runs a kubelet and a containerd)"
-    missing = [t for t in TOOLS if shutil.which(t) is None]
+    need = "apt-get install containerd runc containernetworking-plugins openssl iptables"
+    problem = root_and_tools("runs a kubelet and a containerd", TOOLS, need)
+    if problem:
+        return problem
     if not Path(CNI_BIN, "bridge").exists():
-        missing.append(f"{CNI_BIN}/bridge")
-    if missing:
-        need = "apt-get install containerd runc containernetworking-plugins openssl iptables"
-        return f"{', '.join(missing)} not installed ({need})"
+        return f"{CNI_BIN}/bridge not installed ({need})"
     if shutil.which("go") is None and not Path("/usr/local/go/bin/go").exists():
         return "no Go toolchain (scripts/build-cluster builds the cluster from Go modules)"
     return None
@@ -162,7 +160,9 @@ def dns_answers(name: str, server: str = NODE_IP, timeout: float = 2.0) -> tuple
 
 
 class Cluster:
-    """``with Cluster(workdir, bins) as c: c.kubectl("apply", "-f", ...)``."""
+    """``c = Cluster(workdir, bins); c.start(); c.kubectl("apply", "-f", ...); c.stop()``
+    (``images.cluster_with_images`` does that with the tier's images imported). A Cluster made
+    for a running cluster's workdir, never started, reaches it through ``kubectl``."""
 
     def __init__(self, workdir: Path, bins: Path, dns: str = "kubeadm") -> None:
         self.workdir = workdir
@@ -179,13 +179,6 @@ class Cluster:
         self.kubelet_root = workdir / "kubelet"
         self.cgroup_root = f"{CGROUP_ROOT}-{self.tag}"
         self.started = 0.0
-
-    def __enter__(self) -> Cluster:
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
 
     # --- start --------------------------------------------------------------------------------
 
@@ -478,14 +471,7 @@ class Cluster:
                 ):
                     time.sleep(0.5)
         for name in reversed(list(self._procs)):
-            p = self._procs[name]
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-                try:
-                    p.wait(30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait(10)
+            kill_group(self._procs[name], grace=30)
         self._procs.clear()
         self._kill_pods_processes()
         self._unmount()
@@ -543,13 +529,3 @@ class Cluster:
     def _netns() -> list[str]:
         p = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
         return [line.split()[0] for line in p.stdout.splitlines() if line.strip()]
-
-
-@contextlib.contextmanager
-def running(workdir: Path, bins: Path, dns: str = "kubeadm") -> Iterator[Cluster]:
-    c = Cluster(workdir, bins, dns)
-    c.start()
-    try:
-        yield c
-    finally:
-        c.stop()

@@ -64,28 +64,6 @@ RUN apt-get update \
     && chmod 0755 /usr/local/bin/pi
 """
 
-# mpi-operator v0.8.2's build/base/Dockerfile and mpich.Dockerfile (or openmpi.Dockerfile: trixie's
-# Open MPI 5), as the pi example sees them.
-PI_DOCKERFILE = r"""
-FROM debian:trixie-slim
-RUN apt-get update \
-    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        openssh-server openssh-client {mpi} hostname \
-    && rm -rf /var/lib/apt/lists/* \
-    && mkdir -p /var/run/sshd \
-    && sed -i "s/[ #]\(.*StrictHostKeyChecking \).*/ \1no/g" /etc/ssh/ssh_config \
-    && echo "    UserKnownHostsFile /dev/null" >> /etc/ssh/ssh_config \
-    && sed -i "s/[ #]\(.*Port \).*/ \12222/g" /etc/ssh/ssh_config \
-    && sed -i "s/#\(StrictModes \).*/\1no/g" /etc/ssh/sshd_config \
-    && sed -i "s/#\(Port \).*/\12222/g" /etc/ssh/sshd_config \
-    && useradd -m -u 1000 -s /bin/bash mpiuser && usermod -p '*' mpiuser \
-    && printf 'PidFile %s/sshd.pid\nHostKey %s/.ssh/id_rsa\nStrictModes no\nPort 2222\n' \
-        /home/mpiuser /home/mpiuser > /home/mpiuser/.sshd_config \
-    && printf '#!/bin/sh\necho "pi on $(hostname)"\n' > /home/mpiuser/pi \
-    && chmod 0755 /home/mpiuser/pi && chown -R mpiuser:mpiuser /home/mpiuser
-WORKDIR /home/mpiuser
-"""
-
 
 def build_all(engine: containers.Engine, bins: Path, out: Path) -> Path:
     """Build every image of the tier with ``engine``; one ``docker save`` archive of them all
@@ -106,8 +84,9 @@ def build_all(engine: containers.Engine, bins: Path, out: Path) -> Path:
         raise containers.EngineError(f"scripts/build-image: {p.stdout[-2000:]}{p.stderr[-2000:]}")
     for ref, dockerfile in (
         (OPENMPI, OPENMPI_DOCKERFILE),
-        (MPICH_PI, PI_DOCKERFILE.replace("{mpi}", "mpich")),
-        (OPENMPI_PI, PI_DOCKERFILE.replace("{mpi}", "openmpi-bin")),
+        # mpi-operator v0.8.2's base (trixie) with mpich.Dockerfile's or openmpi.Dockerfile's MPI
+        (MPICH_PI, containers.operator_pi_dockerfile("trixie", "mpich")),
+        (OPENMPI_PI, containers.operator_pi_dockerfile("trixie", "openmpi-bin")),
     ):
         ctx = out / ref.rsplit("/", 1)[-1].replace(":", "-")
         ctx.mkdir(exist_ok=True)
