@@ -13,7 +13,8 @@ Scenarios (names for --scenarios):
   cluster  7. on a real single-node Kubernetes with mpi-operator (tests/testbed/cluster): one
               MPIJob gated by mpiwait, by the operator's WaitForWorkersReady (with and without a
               readiness probe) or not at all; one worker's image pull 20 s, and the launcher's
-              too (run alone: --scenarios cluster; about 8 minutes for 3 repetitions)
+              too (run alone: --scenarios cluster; one MPIJob at a time, about 25 minutes for
+              3 repetitions)
 
 Writes benchmarks/results/<date-time>/ (results.json, results.md, table.txt, and with --chart
 launch-gap.png); --publish also copies the Markdown (and chart) to benchmarks/RESULTS.md.

@@ -21,20 +21,24 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+def cluster(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[Cluster]:
     """The cluster as CONTRIBUTING brings it up by hand: ``scripts/cluster up``, stopped as by
     Ctrl-C (SIGTERM) once the module's tests are done (not at the session's end: the rest of
-    the suite runs without it; the tier is one module, so one cluster), which must leave
-    nothing behind."""
+    the suite runs without it; a module is one cluster, with CoreDNS configured as its ``DNS``
+    says), which must leave nothing behind."""
     testbed.require("cluster")
+    dns = getattr(request.module, "DNS", "kubeadm")  # a module's CoreDNS configuration
     bins = bin_dir()
     work = tmp_path_factory.mktemp("k8s")
     ready = work / "ready"
     log = work / "scripts-cluster.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [str(REPO / "scripts/cluster"), "up", "--workdir", str(work), "--ready-file",
-             str(ready)], stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+            [str(REPO / "scripts/cluster"), "up", "--dns", dns, "--workdir", str(work),
+             "--ready-file", str(ready)],
+            stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
     try:
         deadline = time.monotonic() + 1800

@@ -30,7 +30,7 @@ def _failed_launch(jobs: Jobs, job: str) -> dict | None:
     return None
 
 
-def _assert_one_clean_launch(jobs: Jobs, job: str, workers: list[str], container: str) -> str:
+def assert_one_clean_launch(jobs: Jobs, job: str, workers: list[str], container: str) -> str:
     """The job succeeded with one launcher pod, never restarted; mpirun reached ``workers``."""
     assert jobs.wait_finished(job) == "Succeeded", jobs.describe(job)
     launchers = jobs.launcher_pods(job)
@@ -48,7 +48,7 @@ def test_initcontainer_example_one_worker_late(jobs: Jobs) -> None:
     doc = hold_back(as_deployed(load_example("initcontainer.yaml")), 1, HELD_BACK)
     job = jobs.create(doc)
     workers = [f"{job}-worker-0", f"{job}-worker-1"]
-    _assert_one_clean_launch(jobs, job, workers, "tensorflow-benchmarks")
+    assert_one_clean_launch(jobs, job, workers, "tensorflow-benchmarks")
     launcher = jobs.launcher_pods(job)[0]["metadata"]["name"]
     waited = jobs.logs(launcher, "wait-for-workers")
     assert f"{job}-worker-1" in waited, waited
@@ -82,9 +82,7 @@ def test_initcontainer_example_without_mpiwait_fails_its_first_launch(jobs: Jobs
 def test_entrypoint_example_one_image_both_roles(jobs: Jobs) -> None:
     doc = hold_back(as_deployed(load_example("entrypoint.yaml")), 1, HELD_BACK)
     job = jobs.create(doc)
-    out = _assert_one_clean_launch(
-        jobs, job, [f"{job}-worker-0", f"{job}-worker-1"], "mpi-launcher"
-    )
+    out = assert_one_clean_launch(jobs, job, [f"{job}-worker-0", f"{job}-worker-1"], "mpi-launcher")
     assert "pi on" in out
     # Workers: mpiwait stepped aside (K_MPI_JOB_ROLE=worker) and sshd runs as the pod's process.
     for w in jobs.worker_pods(job):
@@ -97,7 +95,7 @@ def test_run_launcher_as_worker_example(jobs: Jobs) -> None:
     doc = hold_back(as_deployed(load_example("run-launcher-as-worker.yaml")), 1, HELD_BACK)
     job = jobs.create(doc)
     hosts = [f"{job}-launcher", f"{job}-worker-0", f"{job}-worker-1"]
-    out = _assert_one_clean_launch(jobs, job, hosts, "mpi-launcher")
+    out = assert_one_clean_launch(jobs, job, hosts, "mpi-launcher")
     assert out.count("pi on") == 3, out
 
 
@@ -105,9 +103,7 @@ def test_launcher_script_example(jobs: Jobs) -> None:
     """bash-entrypoint.yaml: COMMAND is a bash script that calls mpirun (Open MPI 5)."""
     doc = hold_back(as_deployed(load_example("bash-entrypoint.yaml")), 1, HELD_BACK)
     job = jobs.create(doc)
-    out = _assert_one_clean_launch(
-        jobs, job, [f"{job}-worker-0", f"{job}-worker-1"], "mpi-launcher"
-    )
+    out = assert_one_clean_launch(jobs, job, [f"{job}-worker-0", f"{job}-worker-1"], "mpi-launcher")
     assert "pi on 2 workers" in out, out
 
 
@@ -139,7 +135,7 @@ def test_worker_replaced_after_it_passed(jobs: Jobs) -> None:
 
     new = jobs.wait_for("worker 0 replaced", replaced, timeout=90)
     assert new["status"]["podIP"] != old["status"]["podIP"]
-    _assert_one_clean_launch(jobs, job, [w0, f"{job}-worker-1"], "tensorflow-benchmarks")
+    assert_one_clean_launch(jobs, job, [w0, f"{job}-worker-1"], "tensorflow-benchmarks")
 
 
 def test_suspended_then_resumed(jobs: Jobs) -> None:
@@ -171,7 +167,7 @@ def test_suspended_then_resumed(jobs: Jobs) -> None:
     # The launcher pod existed before the last worker was Ready (or before any was).
     assert len(ready_at) < 2 or started < max(ready_at), (started, ready_at)
 
-    _assert_one_clean_launch(
+    assert_one_clean_launch(
         jobs, "with-mpiwait", ["with-mpiwait-worker-0", "with-mpiwait-worker-1"],
         "tensorflow-benchmarks",
     )  # fmt: skip
