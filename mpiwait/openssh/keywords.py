@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
 
 Version = tuple[int, int]
 
@@ -57,27 +56,50 @@ NOT_CHECKED = "not checked"
 READ_PAST = "read past"
 
 
-@dataclass(frozen=True)
+# Value and Keyword are plain classes: the table is built on every start, and defining a
+# frozen dataclass costs ~3.5 M instructions, a NamedTuple ~1.2 M, a class with __slots__ almost
+# nothing (docs/performance.md). A row is compared by identity; no two rows share a name.
 class Value:
     """A value syntax: its kind, the words a flag takes, or a check of the arguments (with the
     most arguments ssh takes), and how the docs name it."""
 
-    kind: str
-    text: str
-    choices: tuple[str, ...] = ()
-    check: Callable[[tuple[str, ...]], bool] | None = None
-    most: int = 1
+    __slots__ = ("check", "choices", "kind", "most", "text")
+
+    def __init__(
+        self,
+        kind: str,
+        text: str,
+        choices: tuple[str, ...] = (),
+        check: Callable[[tuple[str, ...]], bool] | None = None,
+        most: int = 1,
+    ) -> None:
+        self.kind = kind
+        self.text = text
+        self.choices = choices
+        self.check = check
+        self.most = most
 
 
-@dataclass(frozen=True)
 class Keyword:
-    name: str  # lowercase, as ssh compares it
-    value: Value  # its syntax from ``since`` on (or from the oldest supported release)
-    follow: str
-    since: Version | None = None  # None: before the oldest supported release
-    until: Version | None = None  # the first release that refuses it
-    changed: tuple[tuple[Version, Value], ...] = ()  # a new syntax from that release on
-    note: str = ""
+    __slots__ = ("changed", "follow", "name", "note", "since", "until", "value")
+
+    def __init__(
+        self,
+        name: str,  # lowercase, as ssh compares it
+        value: Value,  # its syntax from ``since`` on (or from the oldest supported release)
+        follow: str,
+        since: Version | None = None,  # None: before the oldest supported release
+        until: Version | None = None,  # the first release that refuses it
+        changed: tuple[tuple[Version, Value], ...] = (),  # a new syntax from that release on
+        note: str = "",
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.follow = follow
+        self.since = since
+        self.until = until
+        self.changed = changed
+        self.note = note
 
 
 # -- value checks (readconf.c, misc.c) ---------------------------------------------------------
@@ -571,11 +593,31 @@ def _supported(keyword: Keyword) -> tuple[Value, ...]:
     return tuple(found)
 
 
-# keyword -> the syntaxes that any supported release accepts it with (what mpiwait accepts
-# with no ssh installed); a keyword no supported release knows is not here.
-SYNTAXES: dict[str, tuple[Value, ...]] = {
-    name: values for name, row in TABLE.items() if (values := _supported(row))
-}
+class _Syntaxes(Mapping[str, tuple[Value, ...]]):
+    """keyword -> the syntaxes that any supported release accepts it with (what mpiwait accepts
+    with no ssh installed); a keyword no supported release knows is not here. Each keyword's
+    are worked out when it is first asked for: a run asks for the few its config uses."""
+
+    def __init__(self) -> None:
+        self._known: dict[str, tuple[Value, ...]] = {}
+
+    def __getitem__(self, name: str) -> tuple[Value, ...]:
+        values = self._known.get(name)
+        if values is None:
+            row = TABLE.get(name)
+            values = self._known[name] = () if row is None else _supported(row)
+        if not values:
+            raise KeyError(name)
+        return values
+
+    def __iter__(self) -> Iterator[str]:
+        return (name for name in TABLE if name in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+SYNTAXES: Mapping[str, tuple[Value, ...]] = _Syntaxes()
 # Options whose first value evaluate.py keeps (one argument each); the rest it collects by name.
 FIRST_VALUE = frozenset(
     name
