@@ -32,8 +32,6 @@ from mpiwait.probe.outcome import Outcome, Reason, Stage, Status
 from mpiwait.settings import LIST_READY_RECHECK, ProbeOptions, Run
 from mpiwait.wait.runner import run_all
 
-NO_SOURCE_HINT = "mount the mpi-job-config volume at /etc/mpi, or pass --hostfile / --hosts"
-
 
 def list_ready(run: Run, environ: Mapping[str, str], out: TextIO | None = None) -> int:
     """Print the ready hosts and return 0; raise MpiwaitError for bad input."""
@@ -42,7 +40,7 @@ def list_ready(run: Run, environ: Mapping[str, str], out: TextIO | None = None) 
     sources = HostSources.from_options(run.sources, environ)
     snapshot = sources.read()
     if sources.found_none(snapshot):
-        raise sources.no_source_error(NO_SOURCE_HINT)
+        raise sources.no_source_error()
     listed = _listable(snapshot, reporter)
     if not listed:
         _print(out, _self_hosts(snapshot))
