@@ -28,6 +28,9 @@ from mpiwait.hosts.hostfile import (
 )
 from mpiwait.hosts.selfname import SelfNames
 from mpiwait.hosts.textfile import read_optional_text_file
+from mpiwait.settings import DISCOVER_EXEC_TIMEOUT, SourceOptions
+
+__all__ = ["Host", "HostReader", "HostSources", "SelfNames", "Snapshot"]
 
 # What to do when no source exists: the operator mounts /etc/mpi in the launcher's main
 # container only, so an initContainer has to mount it itself.
@@ -35,9 +38,6 @@ NO_SOURCE_HINT = (
     "mount the mpi-job-config volume at /etc/mpi (an initContainer must mount it itself), "
     "or pass --hostfile / --hosts"
 )
-from mpiwait.settings import DISCOVER_EXEC_TIMEOUT, SourceOptions
-
-__all__ = ["Host", "HostReader", "HostSources", "SelfNames", "Snapshot"]
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from mpiwait.modes.cachedir import cache_dir
 from mpiwait.openssh.localuser import LocalUser
 from mpiwait.output.report import Reporter
 from mpiwait.probe.lookup import LookupPool, LookupTimeout, ResolverBusy, lookup_pool
-from mpiwait.probe.outcome import Outcome, Reason, Stage, Status
+from mpiwait.probe.outcome import Outcome, Status, unexpected
 from mpiwait.settings import LIST_READY_RECHECK, ProbeOptions, Run
 from mpiwait.wait.runner import run_all
 
@@ -149,9 +149,9 @@ def _probe(
         entry = readycache.Entry(readycache.now(), reached.address, reached.port, addresses)
         return outcome, entry
 
-    def unexpected(exc: Exception) -> tuple[Outcome, readycache.Entry | None]:
+    def on_error(exc: Exception) -> tuple[Outcome, readycache.Entry | None]:
         # A probe bug must not fail Horovod's discovery.
-        return Outcome(Status.RETRY, Stage.SSH, Reason.UNEXPECTED, str(exc)), None
+        return unexpected(str(exc)), None
 
     budget = max(prober.timeout_for(prober.target(h)) for h in hosts)
     return run_all(
@@ -160,7 +160,7 @@ def _probe(
         parallel=run.wait.budget.parallel,
         rate=run.wait.budget.rate,
         budget=budget,
-        on_error=unexpected,
+        on_error=on_error,
     )
 
 
