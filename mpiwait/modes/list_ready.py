@@ -9,7 +9,7 @@ line each on stdout. It never waits for anyone: a source that lists nobody, or h
 not ready, give fewer lines and exit 0 (a non-zero exit on Horovod's first call fails the job);
 only bad input (no source, a malformed file, an unusable key) exits non-zero.
 
-Recent passes are remembered between calls (modes/readycache.py): between logins, which come every
+Recent passes are remembered between calls (probe/readycache.py): between logins, which come every
 10-30 s per host (LIST_READY_RECHECK), a host stays listed while its name resolves to the
 addresses it had when it passed. A steady state of 64 ready hosts then costs 64 name lookups and
 a few logins a call, and no paramiko import at all on the calls where no login is due.
@@ -23,10 +23,10 @@ from collections.abc import Mapping
 from typing import TextIO
 
 from mpiwait.hosts.sources import Host, HostSources, Snapshot
-from mpiwait.modes import readycache
-from mpiwait.modes.cachedir import cache_dir
 from mpiwait.openssh.localuser import LocalUser
 from mpiwait.output.report import Reporter
+from mpiwait.probe import readycache
+from mpiwait.probe.cachedir import cache_dir
 from mpiwait.probe.lookup import LookupPool, LookupTimeout, ResolverBusy, lookup_pool
 from mpiwait.probe.outcome import Outcome, Status, unexpected
 from mpiwait.settings import LIST_READY_RECHECK, ProbeOptions, Run

@@ -54,8 +54,8 @@ def wait_and_exec(run: Run, environ: Mapping[str, str]) -> int:
         reporter.info(f"{node_reason(run, sources)}; nothing to wait for")
         exec_command(run.command)
 
-    from mpiwait.modes.cachedir import cache_dir
     from mpiwait.probe.attempt import prober_for
+    from mpiwait.probe.cachedir import cache_dir
     from mpiwait.probe.lookup import lookup_pool
     from mpiwait.probe.pace import Pacer
     from mpiwait.wait.runner import Inbox
