@@ -107,7 +107,7 @@ class Keyword:
 _INT_RE = re.compile(r"[0-9]+")
 _TIME_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _TIME_PART_RE = re.compile(r"([0-9]+)([smhdwSMHDW]?)")
-_DECIMAL_PART_RE = re.compile(r"([0-9.]+)([smhdwSMHDW]?)")
+_DECIMAL_PART = r"([0-9.]+)([smhdwSMHDW]?)"  # compiled when first used: rarely
 DECIMAL_TIMES = (10, 3)  # convtime accepts a fraction of a second from this release on
 
 
@@ -138,7 +138,7 @@ def _time_parts(part_re: re.Pattern[str], arg: str) -> list[tuple[str, str]] | N
 
 
 def _parse_time_decimal(arg: str) -> int | None:
-    parts = _time_parts(_DECIMAL_PART_RE, arg)
+    parts = _time_parts(re.compile(_DECIMAL_PART), arg)
     if parts is None or not all(_decimal_part_ok(number, unit) for number, unit in parts):
         return None
     if sum(unit in ("", "s") for _, unit in parts) > 1:  # seconds given twice
