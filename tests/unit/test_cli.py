@@ -579,6 +579,28 @@ def test_version_is_fast_it_imports_no_probing_code() -> None:
     assert proc.stdout.splitlines()[-1] == "0 []"
 
 
+def test_paramiko_is_imported_without_importlib_metadata() -> None:
+    """paramiko 4 reads its own version with importlib.metadata as it is imported (~50 M
+    instructions of a wait's start-up); the adapter's stand-in answers from the dist-info
+    directory, and whoever asks next gets the real module and the same answer."""
+    code = (
+        "import sys, mpiwait.probe.paramiko_adapter, paramiko; "
+        "loaded = [m for m in ('importlib.metadata', 'email', 'zipfile') if m in sys.modules]; "
+        "from importlib import metadata; "
+        "print(loaded, paramiko.__version__ == metadata.version('paramiko'), "
+        "metadata.PackageNotFoundError.__module__)"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        env=testbed.mpiwait_env(),
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[-1] == "[] True importlib.metadata"
+
+
 def test_version_subprocess() -> None:
     proc = mpiwait_process("--version")
     assert proc.returncode == 0
