@@ -568,6 +568,11 @@ def test_version_is_fast_it_imports_no_probing_code() -> None:
         "'mpiwait.probe.attempt', 'mpiwait.openssh.config') "
         "if m in sys.modules]; print(status, heavy)"
     )
+    assert _last_line_of_python(code) == "0 []"
+
+
+def _last_line_of_python(code: str) -> str:
+    """The last line ``python -c code`` prints, in a fresh interpreter (what it imports)."""
     proc = subprocess.run(
         [sys.executable, "-c", code],
         env=testbed.mpiwait_env(),
@@ -576,7 +581,7 @@ def test_version_is_fast_it_imports_no_probing_code() -> None:
         timeout=30,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[-1] == "0 []"
+    return proc.stdout.splitlines()[-1]
 
 
 def test_paramiko_is_imported_without_importlib_metadata() -> None:
@@ -590,15 +595,7 @@ def test_paramiko_is_imported_without_importlib_metadata() -> None:
         "print(loaded, paramiko.__version__ == metadata.version('paramiko'), "
         "metadata.PackageNotFoundError.__module__)"
     )
-    proc = subprocess.run(
-        [sys.executable, "-c", code],
-        env=testbed.mpiwait_env(),
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[-1] == "[] True importlib.metadata"
+    assert _last_line_of_python(code) == "[] True importlib.metadata"
 
 
 def test_version_subprocess() -> None:
