@@ -56,9 +56,9 @@ NOT_CHECKED = "not checked"
 READ_PAST = "read past"
 
 
-# Value and Keyword are plain classes: the table is built on every start, and defining a
-# frozen dataclass costs ~3.5 M instructions, a NamedTuple ~1.2 M, a class with __slots__ almost
-# nothing (docs/performance.md). A row is compared by identity; no two rows share a name.
+# Value and Keyword are plain classes: the table is built on every start, and defining a frozen
+# dataclass or a NamedTuple costs far more than a class with __slots__ (docs/performance.md).
+# A row is compared by identity; no two rows share a name.
 class Value:
     """A value syntax: its kind, the words a flag takes, or a check of the arguments (with the
     most arguments ssh takes), and how the docs name it."""

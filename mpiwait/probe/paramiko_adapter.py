@@ -34,10 +34,10 @@ class _MetadataUntilAsked(types.ModuleType):
     """Stands in for importlib.metadata until something asks it for anything; the first
     question puts the real module back. paramiko 4 asks, on import, ``metadata.version(
     "paramiko")``: importing importlib.metadata for that (email, zipfile, csv, ...) and its
-    search of sys.path cost ~50 M instructions, over an eighth of a wait's start-up
-    (docs/performance.md). ``version`` reads the dist-info directory's name, as --version does
-    (about.py), else asks the real module; any other name is the real module's. So whoever asks,
-    paramiko or not, gets what importlib.metadata would answer."""
+    search of sys.path are a large part of a wait's start-up (docs/performance.md).
+    ``version`` reads the dist-info directory's name, as --version does (about.py), else asks
+    the real module; any other name is the real module's. So whoever asks, paramiko or not,
+    gets what importlib.metadata would answer."""
 
     def __getattr__(self, name: str) -> object:
         if name.startswith("__"):

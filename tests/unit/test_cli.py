@@ -585,8 +585,8 @@ def _last_line_of_python(code: str) -> str:
 
 
 def test_paramiko_is_imported_without_importlib_metadata() -> None:
-    """paramiko 4 reads its own version with importlib.metadata as it is imported (~50 M
-    instructions of a wait's start-up); the adapter's stand-in answers from the dist-info
+    """paramiko 4 reads its own version with importlib.metadata as it is imported (a large
+    part of a wait's start-up); the adapter's stand-in answers from the dist-info
     directory, and whoever asks next gets the real module and the same answer (paramiko 3
     never asks)."""
     code = (
