@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 import socket
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable
 
 Version = tuple[int, int]
 
@@ -584,6 +584,10 @@ def syntax_at(keyword: Keyword, version: Version) -> Value | None:
 
 def _supported(keyword: Keyword) -> tuple[Value, ...]:
     """The syntaxes some supported release gives the keyword, oldest first."""
+    if not keyword.changed:  # nearly every row: known from ``since`` (or the oldest) on
+        first = max(keyword.since or OLDEST, OLDEST)
+        known = first <= NEWEST and (keyword.until is None or first < keyword.until)
+        return (keyword.value,) if known else ()
     versions = [OLDEST, *(since for since, _ in keyword.changed), *(keyword.since or OLDEST,)]
     found: list[Value] = []
     for version in sorted(set(versions)):
@@ -593,31 +597,12 @@ def _supported(keyword: Keyword) -> tuple[Value, ...]:
     return tuple(found)
 
 
-class _Syntaxes(Mapping[str, tuple[Value, ...]]):
-    """keyword -> the syntaxes that any supported release accepts it with (what mpiwait accepts
-    with no ssh installed); a keyword no supported release knows is not here. Each keyword's
-    are worked out when it is first asked for: a run asks for the few its config uses."""
-
-    def __init__(self) -> None:
-        self._known: dict[str, tuple[Value, ...]] = {}
-
-    def __getitem__(self, name: str) -> tuple[Value, ...]:
-        values = self._known.get(name)
-        if values is None:
-            row = TABLE.get(name)
-            values = self._known[name] = () if row is None else _supported(row)
-        if not values:
-            raise KeyError(name)
-        return values
-
-    def __iter__(self) -> Iterator[str]:
-        return (name for name in TABLE if name in self)
-
-    def __len__(self) -> int:
-        return sum(1 for _ in self)
-
-
-SYNTAXES: Mapping[str, tuple[Value, ...]] = _Syntaxes()
+# keyword -> the syntaxes that any supported release accepts it with (what mpiwait accepts
+# with no ssh installed); a keyword no supported release knows is not here. A plain dict: the
+# config of every host is checked against it, line by line.
+SYNTAXES: dict[str, tuple[Value, ...]] = {
+    name: values for name, row in TABLE.items() if (values := _supported(row))
+}
 # Options whose first value evaluate.py keeps (one argument each); the rest it collects by name.
 FIRST_VALUE = frozenset(
     name
