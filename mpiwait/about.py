@@ -19,8 +19,9 @@ from mpiwait import __version__, _build
 DEPENDENCIES = ("paramiko", "cryptography")
 
 
-def _distribution_version(name: str) -> str:
-    """The version of the first ``name`` installed on sys.path (as import would find it)."""
+def dist_info_version(name: str) -> str | None:
+    """The version of the first ``name`` installed on sys.path (as import would find it), from
+    its dist-info directory's name; None when none is found (an egg-info install, or none)."""
     prefix = name.lower().replace("-", "_") + "-"
     for entry in sys.path:
         try:
@@ -30,6 +31,13 @@ def _distribution_version(name: str) -> str:
         for item in found:
             if item.endswith(".dist-info") and item.lower().startswith(prefix):
                 return item[len(prefix) : -len(".dist-info")]
+    return None
+
+
+def _distribution_version(name: str) -> str:
+    found = dist_info_version(name)
+    if found is not None:
+        return found
     from importlib import metadata  # not a wheel install (egg-info): the slow, general way
 
     try:

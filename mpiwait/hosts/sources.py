@@ -32,6 +32,13 @@ from mpiwait.settings import DISCOVER_EXEC_TIMEOUT, SourceOptions
 
 __all__ = ["Host", "HostReader", "HostSources", "SelfNames", "Snapshot"]
 
+# What to do when no source exists: the operator mounts /etc/mpi in the launcher's main
+# container only, so an initContainer has to mount it itself.
+NO_SOURCE_HINT = (
+    "mount the mpi-job-config volume at /etc/mpi (an initContainer must mount it itself), "
+    "or pass --hostfile / --hosts"
+)
+
 
 @dataclass(frozen=True)
 class Snapshot:
@@ -85,12 +92,12 @@ class HostSources:
         """Whether ``snapshot`` found no source at all (no --hosts, no file)."""
         return self.hosts_option is None and not snapshot.sources
 
-    def no_source_error(self, hint: str) -> InputError:
-        """The error when no source exists (``hint``: what to do, which differs by mode)."""
+    def no_source_error(self) -> InputError:
+        """The error when no source exists (the wait's and --list-ready's)."""
         return InputError(
             f"no host source: neither {self.hostfile} nor {self.discover} exists "
             "and --hosts is not given",
-            hint=hint,
+            hint=NO_SOURCE_HINT,
         )
 
     def read(self) -> Snapshot:

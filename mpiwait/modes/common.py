@@ -15,11 +15,6 @@ from mpiwait.settings import Run
 if TYPE_CHECKING:  # imported only on the paths that use them
     from mpiwait.launch.handover import Handover, Interface, Launch
 
-NO_SOURCE_HINT = (
-    "an initContainer must mount the mpi-job-config volume at /etc/mpi itself; "
-    "or pass --hostfile / --hosts"
-)
-
 
 def recognise_launch(run: Run, environ: Mapping[str, str], reporter: Reporter) -> Launch | None:
     """The MPI that COMMAND launches, when mpiwait is to hand it what the wait learned."""
@@ -45,7 +40,7 @@ def read_first(run: Run, sources: HostSources) -> Snapshot | None:
     if not sources.found_none(first):
         return first
     if not _is_node(run):
-        raise sources.no_source_error(NO_SOURCE_HINT)
+        raise sources.no_source_error()
     return None
 
 

@@ -9,7 +9,7 @@ line each on stdout. It never waits for anyone: a source that lists nobody, or h
 not ready, give fewer lines and exit 0 (a non-zero exit on Horovod's first call fails the job);
 only bad input (no source, a malformed file, an unusable key) exits non-zero.
 
-Recent passes are remembered between calls (modes/readycache.py): between logins, which come every
+Recent passes are remembered between calls (probe/readycache.py): between logins, which come every
 10-30 s per host (LIST_READY_RECHECK), a host stays listed while its name resolves to the
 addresses it had when it passed. A steady state of 64 ready hosts then costs 64 name lookups and
 a few logins a call, and no paramiko import at all on the calls where no login is due.
@@ -23,16 +23,14 @@ from collections.abc import Mapping
 from typing import TextIO
 
 from mpiwait.hosts.sources import Host, HostSources, Snapshot
-from mpiwait.modes import readycache
-from mpiwait.modes.cachedir import cache_dir
 from mpiwait.openssh.localuser import LocalUser
 from mpiwait.output.report import Reporter
+from mpiwait.probe import readycache
+from mpiwait.probe.cachedir import cache_dir
 from mpiwait.probe.lookup import LookupPool, LookupTimeout, ResolverBusy, lookup_pool
-from mpiwait.probe.outcome import Outcome, Reason, Stage, Status
+from mpiwait.probe.outcome import Outcome, Status, unexpected
 from mpiwait.settings import LIST_READY_RECHECK, ProbeOptions, Run
 from mpiwait.wait.runner import run_all
-
-NO_SOURCE_HINT = "mount the mpi-job-config volume at /etc/mpi, or pass --hostfile / --hosts"
 
 
 def list_ready(run: Run, environ: Mapping[str, str], out: TextIO | None = None) -> int:
@@ -42,7 +40,7 @@ def list_ready(run: Run, environ: Mapping[str, str], out: TextIO | None = None) 
     sources = HostSources.from_options(run.sources, environ)
     snapshot = sources.read()
     if sources.found_none(snapshot):
-        raise sources.no_source_error(NO_SOURCE_HINT)
+        raise sources.no_source_error()
     listed = _listable(snapshot, reporter)
     if not listed:
         _print(out, _self_hosts(snapshot))
@@ -151,9 +149,9 @@ def _probe(
         entry = readycache.Entry(readycache.now(), reached.address, reached.port, addresses)
         return outcome, entry
 
-    def unexpected(exc: Exception) -> tuple[Outcome, readycache.Entry | None]:
+    def on_error(exc: Exception) -> tuple[Outcome, readycache.Entry | None]:
         # A probe bug must not fail Horovod's discovery.
-        return Outcome(Status.RETRY, Stage.SSH, Reason.UNEXPECTED, str(exc)), None
+        return unexpected(str(exc)), None
 
     budget = max(prober.timeout_for(prober.target(h)) for h in hosts)
     return run_all(
@@ -162,7 +160,7 @@ def _probe(
         parallel=run.wait.budget.parallel,
         rate=run.wait.budget.rate,
         budget=budget,
-        on_error=unexpected,
+        on_error=on_error,
     )
 
 

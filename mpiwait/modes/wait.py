@@ -20,7 +20,7 @@ from mpiwait.modes.common import handover_plan, node_reason, read_first, recogni
 from mpiwait.output.report import Reporter
 from mpiwait.output.termination import write_termination_log
 from mpiwait.output.text import summary_lines
-from mpiwait.probe.outcome import Outcome
+from mpiwait.probe.outcome import Outcome, unexpected
 from mpiwait.settings import Check, Run
 from mpiwait.wait.events import End, WaitResult, WaitStarted
 
@@ -54,8 +54,8 @@ def wait_and_exec(run: Run, environ: Mapping[str, str]) -> int:
         reporter.info(f"{node_reason(run, sources)}; nothing to wait for")
         exec_command(run.command)
 
-    from mpiwait.modes.cachedir import cache_dir
     from mpiwait.probe.attempt import prober_for
+    from mpiwait.probe.cachedir import cache_dir
     from mpiwait.probe.lookup import lookup_pool
     from mpiwait.probe.pace import Pacer
     from mpiwait.wait.runner import Inbox
@@ -237,19 +237,17 @@ def _wait(
     kept: KeptConnections | None,
     listeners: Callable[[Collection[str]], Collection[str]],
 ) -> WaitResult:
-    from mpiwait.probe.outcome import Reason, Stage, Status
     from mpiwait.wait.loop import wait_for_hosts
     from mpiwait.wait.runner import ThreadRunner
 
-    def unexpected(exc: Exception) -> Outcome:
+    def on_error(exc: Exception) -> Outcome:
         # A probe bug or a library surprise must not kill the wait.
-        detail = f"{type(exc).__name__}: {exc}"
-        return Outcome(Status.RETRY, Stage.SSH, Reason.UNEXPECTED, detail)
+        return unexpected(f"{type(exc).__name__}: {exc}")
 
     return wait_for_hosts(
         first=names,
         read_hosts=reader,
-        runner=ThreadRunner(attempt, run.wait.budget.parallel, unexpected, inbox),
+        runner=ThreadRunner(attempt, run.wait.budget.parallel, on_error, inbox),
         holds_connection=kept.holds if kept is not None else lambda host: False,
         listeners=listeners,
         policy=run.wait,

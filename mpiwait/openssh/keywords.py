@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 import socket
 from collections.abc import Callable
-from dataclasses import dataclass
 
 Version = tuple[int, int]
 
@@ -57,27 +56,50 @@ NOT_CHECKED = "not checked"
 READ_PAST = "read past"
 
 
-@dataclass(frozen=True)
+# Value and Keyword are plain classes: the table is built on every start, and defining a frozen
+# dataclass or a NamedTuple costs far more than a class with __slots__ (docs/performance.md).
+# A row is compared by identity; no two rows share a name.
 class Value:
     """A value syntax: its kind, the words a flag takes, or a check of the arguments (with the
     most arguments ssh takes), and how the docs name it."""
 
-    kind: str
-    text: str
-    choices: tuple[str, ...] = ()
-    check: Callable[[tuple[str, ...]], bool] | None = None
-    most: int = 1
+    __slots__ = ("check", "choices", "kind", "most", "text")
+
+    def __init__(
+        self,
+        kind: str,
+        text: str,
+        choices: tuple[str, ...] = (),
+        check: Callable[[tuple[str, ...]], bool] | None = None,
+        most: int = 1,
+    ) -> None:
+        self.kind = kind
+        self.text = text
+        self.choices = choices
+        self.check = check
+        self.most = most
 
 
-@dataclass(frozen=True)
 class Keyword:
-    name: str  # lowercase, as ssh compares it
-    value: Value  # its syntax from ``since`` on (or from the oldest supported release)
-    follow: str
-    since: Version | None = None  # None: before the oldest supported release
-    until: Version | None = None  # the first release that refuses it
-    changed: tuple[tuple[Version, Value], ...] = ()  # a new syntax from that release on
-    note: str = ""
+    __slots__ = ("changed", "follow", "name", "note", "since", "until", "value")
+
+    def __init__(
+        self,
+        name: str,  # lowercase, as ssh compares it
+        value: Value,  # its syntax from ``since`` on (or from the oldest supported release)
+        follow: str,
+        since: Version | None = None,  # None: before the oldest supported release
+        until: Version | None = None,  # the first release that refuses it
+        changed: tuple[tuple[Version, Value], ...] = (),  # a new syntax from that release on
+        note: str = "",
+    ) -> None:
+        self.name = name
+        self.value = value
+        self.follow = follow
+        self.since = since
+        self.until = until
+        self.changed = changed
+        self.note = note
 
 
 # -- value checks (readconf.c, misc.c) ---------------------------------------------------------
@@ -85,7 +107,7 @@ class Keyword:
 _INT_RE = re.compile(r"[0-9]+")
 _TIME_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _TIME_PART_RE = re.compile(r"([0-9]+)([smhdwSMHDW]?)")
-_DECIMAL_PART_RE = re.compile(r"([0-9.]+)([smhdwSMHDW]?)")
+_DECIMAL_PART = r"([0-9.]+)([smhdwSMHDW]?)"  # compiled when first used: rarely
 DECIMAL_TIMES = (10, 3)  # convtime accepts a fraction of a second from this release on
 
 
@@ -116,7 +138,7 @@ def _time_parts(part_re: re.Pattern[str], arg: str) -> list[tuple[str, str]] | N
 
 
 def _parse_time_decimal(arg: str) -> int | None:
-    parts = _time_parts(_DECIMAL_PART_RE, arg)
+    parts = _time_parts(re.compile(_DECIMAL_PART), arg)
     if parts is None or not all(_decimal_part_ok(number, unit) for number, unit in parts):
         return None
     if sum(unit in ("", "s") for _, unit in parts) > 1:  # seconds given twice
@@ -562,6 +584,10 @@ def syntax_at(keyword: Keyword, version: Version) -> Value | None:
 
 def _supported(keyword: Keyword) -> tuple[Value, ...]:
     """The syntaxes some supported release gives the keyword, oldest first."""
+    if not keyword.changed:  # nearly every row: known from ``since`` (or the oldest) on
+        first = max(keyword.since or OLDEST, OLDEST)
+        known = first <= NEWEST and (keyword.until is None or first < keyword.until)
+        return (keyword.value,) if known else ()
     versions = [OLDEST, *(since for since, _ in keyword.changed), *(keyword.since or OLDEST,)]
     found: list[Value] = []
     for version in sorted(set(versions)):
@@ -572,7 +598,8 @@ def _supported(keyword: Keyword) -> tuple[Value, ...]:
 
 
 # keyword -> the syntaxes that any supported release accepts it with (what mpiwait accepts
-# with no ssh installed); a keyword no supported release knows is not here.
+# with no ssh installed); a keyword no supported release knows is not here. A plain dict: the
+# config of every host is checked against it, line by line.
 SYNTAXES: dict[str, tuple[Value, ...]] = {
     name: values for name, row in TABLE.items() if (values := _supported(row))
 }

@@ -83,4 +83,10 @@ def retry(stage: Stage, reason: Reason, detail: str) -> Outcome:
     return Outcome(Status.RETRY, stage, reason, detail)
 
 
+def unexpected(detail: str) -> Outcome:
+    """An exception escaped the probe (a bug, a library surprise): retried like any other
+    failure at the ssh stage, so that it kills neither the wait nor --list-ready."""
+    return Outcome(Status.RETRY, Stage.SSH, Reason.UNEXPECTED, detail)
+
+
 READY = Outcome(Status.READY, Stage.READY, Reason.READY)

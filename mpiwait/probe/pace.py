@@ -15,7 +15,7 @@ Within a run the account lives in memory and a wait is handed to the schedule
 (``Outcome.pace``). ``--check tcp`` is connect-only and is what scripts run every second
 (readiness probes, discovery loops), so its accounts also outlive the run: one small file per
 address, ``pace-<address>-<port>`` ("<CLOCK_MONOTONIC time> <charge>"; every process of the
-machine shares that clock), in modes/cachedir.py's private directory, locked while a connection
+machine shares that clock), in cachedir.py's private directory, locked while a connection
 runs; its wait is slept before connecting. Where no such directory is usable, the account is
 this run's only.
 """

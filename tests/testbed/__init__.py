@@ -60,23 +60,25 @@ Housekeeping: missing_requirements(flavour), cleanup_stale(), bed_names(prefix),
     Release(suite).ssh(...); trixie's root has its sshd too) and ``leaks`` (the session-end
     check of conftest.py).
 
-Inside (private, one job a module): the labs _netns (TestBed), _shared (ManyHosts), _loopbed,
-    _loopback (Lab); what the namespace labs share: _namespaces (namespaces, veths, up/down),
-    _sshd (keys, sshd_config, ssh_config, starting sshd), _names (files-only names, the mount
-    namespace command), _launcher (the launcher context), _registry (lab ids, stale cleanup);
-    TestBed's parts _workers (processes in a worker), _faults, _mpi; _wrap, _proc, _sys.
+Inside (private, one job a module): the labs _netns (TestBed), _manyhosts (ManyHosts),
+    _loopbed (LoopBed), _lab (Lab); what the namespace labs share: _namespaces (namespaces,
+    veths, up/down), _sshd (keys, sshd_config, ssh_config, starting sshd), _names (files-only
+    names, the mount namespace command), _launcher (the launcher context), _registry (lab ids,
+    stale cleanup); TestBed's parts _workers (processes in a worker), _faults, _mpi; _wrap,
+    _proc, _sys.
 """
 
 from __future__ import annotations
 
-from . import _jsonlog, _loopback, _namespaces, _needs, _registry, containers, leaks, releases
-from ._loopback import (
+from . import _jsonlog, _lab, _namespaces, _needs, _registry, containers, leaks, releases
+from ._lab import (
     Lab,
     Sshd,
     keygen,
     public_key,
 )
 from ._loopbed import LoopBed
+from ._manyhosts import ManyHosts
 from ._namespaces import SSHD
 from ._needs import Found, find, needs, require, strict_mode
 from ._netns import TestBed, WorkerHost
@@ -99,7 +101,6 @@ from ._proc import (
     wait_until,
 )
 from ._registry import bed_names, bed_owner
-from ._shared import ManyHosts
 from ._sys import (
     ENV_TAG,
     STATE_ROOT,
@@ -177,7 +178,7 @@ def missing_requirements(flavour: str = "netns") -> str | None:
     if flavour == "netns":
         return _namespaces.missing_requirements()
     if flavour == "loopback":
-        return _loopback.missing_requirements()
+        return _lab.missing_requirements()
     if flavour == "containers":
         return containers.missing_requirements()
     if flavour == "releases":

@@ -568,6 +568,11 @@ def test_version_is_fast_it_imports_no_probing_code() -> None:
         "'mpiwait.probe.attempt', 'mpiwait.openssh.config') "
         "if m in sys.modules]; print(status, heavy)"
     )
+    assert _last_line_of_python(code) == "0 []"
+
+
+def _last_line_of_python(code: str) -> str:
+    """The last line ``python -c code`` prints, in a fresh interpreter (what it imports)."""
     proc = subprocess.run(
         [sys.executable, "-c", code],
         env=testbed.mpiwait_env(),
@@ -576,7 +581,22 @@ def test_version_is_fast_it_imports_no_probing_code() -> None:
         timeout=30,
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.splitlines()[-1] == "0 []"
+    return proc.stdout.splitlines()[-1]
+
+
+def test_paramiko_is_imported_without_importlib_metadata() -> None:
+    """paramiko 4 reads its own version with importlib.metadata as it is imported (a large
+    part of a wait's start-up); the adapter's stand-in answers from the dist-info
+    directory, and whoever asks next gets the real module and the same answer (paramiko 3
+    never asks)."""
+    code = (
+        "import sys, mpiwait.probe.paramiko_adapter, paramiko; "
+        "loaded = [m for m in ('email', 'zipfile') if m in sys.modules]; "
+        "from importlib import metadata; "
+        "print(loaded, paramiko.__version__ == metadata.version('paramiko'), "
+        "metadata.PackageNotFoundError.__module__)"
+    )
+    assert _last_line_of_python(code) == "[] True importlib.metadata"
 
 
 def test_version_subprocess() -> None:

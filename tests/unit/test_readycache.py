@@ -11,8 +11,8 @@ import pytest
 import testbed
 
 from mpiwait.cli import resolve
-from mpiwait.modes import cachedir, readycache
-from mpiwait.modes.readycache import Entry, ReadyCache
+from mpiwait.probe import cachedir, readycache
+from mpiwait.probe.readycache import Entry, ReadyCache
 from mpiwait.settings import Settings
 from mpiwait.wait.runner import run_all
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from mpiwait.errors import PermanentError
 from mpiwait.openssh.config import SSHTarget
@@ -16,9 +17,11 @@ from mpiwait.probe.outcome import READY, Outcome, Reason, Stage, Status, retry
 from mpiwait.probe.stages.handshake import Handshake
 from mpiwait.probe.stages.host_key import HostKeyCheck
 from mpiwait.probe.stages.login import log_in
-from mpiwait.probe.stages.remote_command import RemoteCommand
-from mpiwait.probe.stages.step import Session, Step
+from mpiwait.probe.stages.step import Session
 from mpiwait.probe.stages.tcp import oserror
+
+if TYPE_CHECKING:
+    from mpiwait.probe.stages.step import Step
 
 # The ssh stage's outcome, and, when it passed and a duplicate was asked for, the authenticated
 # connection (paramiko closes its own socket, and sends nothing on close).
@@ -31,7 +34,9 @@ class SshStage:
     ) -> None:
         self._identities = identities
         steps: list[Step] = [Handshake(host_keys), HostKeyCheck(host_keys), log_in]
-        if remote_command:
+        if remote_command:  # imported only then, as most runs give none
+            from mpiwait.probe.stages.remote_command import RemoteCommand
+
             steps.append(RemoteCommand(remote_command))
         self._steps: Sequence[Step] = tuple(steps)
 

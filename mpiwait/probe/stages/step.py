@@ -3,9 +3,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from typing import Protocol
+
     import paramiko
 
     from mpiwait.openssh.config import SSHTarget
@@ -32,7 +34,10 @@ class Session:
         self.identities = identities  # the keys to log in with, in ssh's order
 
 
-class Step(Protocol):
-    """One step on the session: None when it passed, else the outcome that ends the attempt."""
+if TYPE_CHECKING:  # an interface for the type checker: a Protocol class costs every start
 
-    def __call__(self, session: Session) -> Outcome | None: ...
+    class Step(Protocol):
+        """One step on the session: None when it passed, else the outcome that ends the
+        attempt."""
+
+        def __call__(self, session: Session) -> Outcome | None: ...

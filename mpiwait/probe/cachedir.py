@@ -1,7 +1,7 @@
 """Where mpiwait keeps what it remembers between runs (the --list-ready cache, the sshd
 penalty accounts of probe/pace.py): a directory only this uid can write, in
 ``$XDG_RUNTIME_DIR``, else ``/dev/shm`` (a tmpfs in every container, writable even with a
-read-only root filesystem), else the temporary directory. Apart from modes/readycache.py, so
+read-only root filesystem), else the temporary directory. Apart from readycache.py, so
 that the wait does not load the cache's classes to find the directory."""
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 horovodrun runs its discovery script every second; logging into every host on every call would
 cost ~10 ms of sshd work per host per second. A host that passed recently, and whose name still
-resolves to the addresses it had then, is listed again without a new login (list_ready.py). The
-memory is one small JSON file in a directory only this uid can
-write (modes/cachedir.py). Where none is usable, nothing is remembered and every call checks
-every host: slower, never wrong.
+resolves to the addresses it had then, is listed again without a new login
+(modes/list_ready.py). The memory is one small JSON file in a directory only this uid can write
+(cachedir.py). Where none is usable, nothing is remembered and every call checks every host:
+slower, never wrong.
 
 A stale or unreadable file is never an error: it is the same as an empty one.
 """
