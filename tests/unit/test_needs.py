@@ -146,6 +146,7 @@ def test_needing_nothing():
 """
 
 
+@pytest.mark.slow  # a pytest of its own with tests/conftest.py
 @pytest.mark.parametrize("strict", ["0", "1"])
 def test_the_mark_and_require_in_a_run_of_pytest(
     strict: str, bare_path: Path, tmp_path: Path
