@@ -11,7 +11,8 @@
 - ``run(suite, argv, scratch)``: ``argv`` in that root under chroot, in a private mount
   namespace: the root is an overlay (its writes go to ``scratch`` and vanish), with /proc, /sys,
   /dev, a fresh /tmp and /run, and this checkout at its own path (so paths mean the same inside
-  and out). Same network namespace as the host: loopback sshd works as on the host.
+  and out; its .venv, the host Python's, read-only). Same network namespace as the host:
+  loopback sshd works as on the host.
 
 Needs root, debootstrap, chroot, unshare, tar and overlayfs (``testbed.needs("python-releases")``);
 stdlib only.
@@ -49,8 +50,10 @@ ENV = {
     "USER": "root",
     "LOGNAME": "root",
     "LANG": "C.UTF-8",
-    # The checkout is the host's: no cpython-3xx caches left in it.
+    # The checkout is the host's: no cpython-3xx caches left in it; its .venv (read-only there)
+    # is the host Python's, so scripts/test --fast takes the root's.
     "PYTHONDONTWRITEBYTECODE": "1",
+    "MPIWAIT_TEST_VENV": VENV,
 }
 
 
@@ -99,6 +102,9 @@ R="$S/root"
 mount -t proc proc "$R/proc" && mount --rbind /sys "$R/sys" && mount --rbind /dev "$R/dev" &&
 mount -t tmpfs -o mode=1777 tmpfs "$R/tmp" && mount -t tmpfs -o mode=0755 tmpfs "$R/run" &&
 cp /etc/hosts "$R/etc/hosts" && mkdir -p "$R$C" && mount --bind "$C" "$R$C" || exit 125
+if [ -d "$C/.venv" ]; then
+    mount --bind "$C/.venv" "$R$C/.venv" && mount -o remount,bind,ro "$R$C/.venv" || exit 125
+fi
 exec chroot "$R" "$@"
 """
 
