@@ -4,9 +4,9 @@
 - ``python_rootfs(suite)``: a tarball of ``containers.rootfs(suite)`` with that suite's
   ``python3`` and ``python3-venv``, what the two tiers use of a machine (OpenSSH's client and
   server, iproute2, ...; the table in _needs.py), and a virtualenv at ``VENV`` holding the
-  build backend, mpiwait's dependencies and its test extras from PyPI (newest allowed, as
-  ``.venv``). Cached as the OpenSSH roots are (releases.py), keyed by those requirements as
-  pyproject.toml states them, so a new pin makes a new root; extracted once by
+  build backend, mpiwait's dependencies and its test and release extras from PyPI (newest
+  allowed, as ``.venv``). Cached as the OpenSSH roots are (releases.py), keyed by those
+  requirements as pyproject.toml states them, so a new pin makes a new root; extracted once by
   ``python_root(suite)``, read-only for its users.
 - ``run(suite, argv, scratch)``: ``argv`` in that root under chroot, in a private mount
   namespace: the root is an overlay (its writes go to ``scratch`` and vanish), with /proc, /sys,
@@ -58,9 +58,11 @@ ENV = {
 
 
 def requirements() -> list[str]:
-    """What the venv holds: pyproject.toml's build backend, dependencies and test extras."""
+    """What the venv holds: pyproject.toml's build backend, dependencies, test and release
+    extras (the unit tier checks the release's files with the latter)."""
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
-    deps = project["project"]["dependencies"] + project["project"]["optional-dependencies"]["test"]
+    extras = project["project"]["optional-dependencies"]
+    deps = [*project["project"]["dependencies"], *extras["test"], *extras["release"]]
     return [*project["build-system"]["requires"], *deps]
 
 
