@@ -43,6 +43,23 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
+# A test's tier is its folder under tests/, and a mark (registered in pyproject.toml) it carries
+# without writing it: `-m "unit and not slow"`, `-m "not lint"`. What a tier costs per run is
+# in docs/testing.md (scripts/suite-times). tests/containers' mark predates the tiers.
+TIERS = {
+    "unit": "unit", "lint": "lint", "integration": "integration", "e2e": "e2e",
+    "pythons": "pythons", "containers": "container", "cluster": "cluster",
+}  # fmt: skip
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        path = Path(str(item.path)).resolve()
+        if path.is_relative_to(TESTS) and path.relative_to(TESTS).parts[0] in TIERS:
+            item.add_marker(TIERS[path.relative_to(TESTS).parts[0]])
+
+
 def pytest_report_header(config: pytest.Config) -> str:
     if STRICT:
         return f"strict mode ({STRICT}): a skipped test fails the run, naming what was missing"

@@ -32,6 +32,7 @@ LOCKS = [REPO / "requirements/bundle-linux-amd64.lock", REPO / "requirements/bui
 A, B = "127.0.0.2", "127.0.0.3"
 
 pytestmark = [
+    pytest.mark.slow,  # builds the sdist and the wheel
     testbed.needs("loopback", "git", "build"),
     pytest.mark.skipif(
         platform.machine() != "x86_64", reason="the wheel cache is the amd64 lock's"

@@ -70,6 +70,7 @@ def test_the_venv_holds_exactly_the_floors(oldest_python: Path) -> None:
         assert _release(have[name]) == _release(floor), (name, have[name], floor)
 
 
+@pytest.mark.slow  # a pytest of its own over the tests that reach the dependencies
 def test_suite_passes_on_the_oldest_allowed_releases(oldest_python: Path, tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     env.pop("PYTHONHOME", None)

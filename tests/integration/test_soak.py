@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import testbed
 
-pytestmark = [pytest.mark.root, testbed.needs("netns")]
+pytestmark = [pytest.mark.root, pytest.mark.slow, testbed.needs("netns")]
 
 N, FLAPPING = 200, 50
 CHURN = 60.0

@@ -194,6 +194,12 @@ def _loopback() -> Found | str:
     return Found("loopback")
 
 
+def _overlayfs() -> Found | str:
+    if "\toverlay\n" not in Path("/proc/filesystems").read_text():
+        return "no overlay in /proc/filesystems"
+    return Found("python-releases")
+
+
 def _cluster_built() -> Found | str:
     if not (shutil.which("go") or shutil.which("go", path="/usr/local/go/bin")):
         return "no Go toolchain (`go` on PATH or in /usr/local/go/bin) to build it with"
@@ -307,6 +313,13 @@ def _table() -> dict[str, Need]:
             "other Debian releases' OpenSSH (testbed.releases)",
             lambda: Found("openssh-releases"),
             Install("none"),
+            requires=("root", "debootstrap", "chroot", "unshare", "tar"),
+        ),
+        Need(
+            "python-releases",
+            "other Debian releases' Python (testbed.pythons)",
+            _overlayfs,
+            Install("none", "the kernel has no overlayfs"),
             requires=("root", "debootstrap", "chroot", "unshare", "tar"),
         ),
         Need(

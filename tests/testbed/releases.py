@@ -25,7 +25,7 @@ import shlex
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,8 +60,9 @@ def _key() -> str:
     return f"v{ROOTFS_VERSION}.{OPENSSH_ROOT_VERSION}"
 
 
-def _install(root: Path, suite: str) -> None:
-    """apt-get install the suite's OpenSSH packages into ``root`` (chroot, no service started)."""
+def install(root: Path, packages: Sequence[str], *then: Sequence[str]) -> None:
+    """apt-get install ``packages`` into ``root`` (chroot, no service started), then run each
+    command of ``then`` there while the host's resolv.conf is in place (pip from PyPI)."""
     policy = root / "usr/sbin/policy-rc.d"
     policy.write_text("#!/bin/sh\nexit 101\n")  # no daemon starts while installing
     policy.chmod(0o755)
@@ -76,10 +77,12 @@ def _install(root: Path, suite: str) -> None:
         _run(["chroot", str(root), "apt-get", *_APT, "update"], timeout=900, env=env)
         _run(
             ["chroot", str(root), "apt-get", *_APT, "install", "-y", "--no-install-recommends",
-             *_packages(suite)],
+             *packages],
             timeout=900, env=env,
         )  # fmt: skip
         _run(["chroot", str(root), "apt-get", "-qq", "clean"], env=env)
+        for argv in then:
+            _run(["chroot", str(root), *argv], timeout=900, env=env)
     finally:
         resolv.unlink()
         if had_resolv:
@@ -99,7 +102,7 @@ def openssh_rootfs(suite: str) -> Path:
     def make(root: Path, part: Path) -> None:
         root.mkdir()
         _run(["tar", "--numeric-owner", "-C", str(root), "-xf", str(rootfs(suite))])
-        _install(root, suite)
+        install(root, _packages(suite))
         _run(["tar", "--numeric-owner", "-C", str(root), "-cf", str(part), "."])
 
     return _cached(CACHE / "rootfs" / f"openssh-{suite}-{_key()}.tar", make)
@@ -107,10 +110,15 @@ def openssh_rootfs(suite: str) -> Path:
 
 def openssh_root(suite: str) -> Path:
     """``openssh_rootfs(suite)`` extracted into a cached directory. Read-only for its users."""
-    out = CACHE / "roots" / f"openssh-{suite}-{_key()}"
+    return extracted(lambda: openssh_rootfs(suite), CACHE / "roots" / f"openssh-{suite}-{_key()}")
+
+
+def extracted(tarball: Callable[[], Path], out: Path) -> Path:
+    """The directory ``out``, unless cached the tarball ``tarball()`` (made only then) extracted
+    there. One extractor at a time, across processes."""
     with _lock(out.with_name(out.name + ".lock")):
         if not out.is_dir():
-            tar = openssh_rootfs(suite)
+            tar = tarball()
             with tempfile.TemporaryDirectory(dir=out.parent) as tmp:
                 part = Path(tmp) / "root"
                 part.mkdir()

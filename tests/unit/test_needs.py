@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import testbed
-from testbed import _needs
+from testbed import _namespaces, _needs
 
 REPO = Path(__file__).resolve().parents[2]
 SSH_HINT = "sudo apt-get install -y --no-install-recommends openssh-client"
@@ -22,12 +22,14 @@ SSH_HINT = "sudo apt-get install -y --no-install-recommends openssh-client"
 
 @pytest.fixture
 def fresh() -> Iterator[None]:
-    """The checks are cached per run: forget them before and after a test that moves PATH."""
-    _needs.check.cache_clear()
-    _needs._script_check.cache_clear()
+    """The checks are cached per run: forget them before and after a test that moves PATH (the
+    namespace bed's too, else a later test's bed would be refused for a PATH long restored)."""
+    caches = (_needs.check, _needs._script_check, _namespaces.missing_requirements)
+    for cached in caches:
+        cached.cache_clear()
     yield
-    _needs.check.cache_clear()
-    _needs._script_check.cache_clear()
+    for cached in caches:
+        cached.cache_clear()
 
 
 @pytest.fixture
@@ -146,6 +148,7 @@ def test_needing_nothing():
 """
 
 
+@pytest.mark.slow  # a pytest of its own with tests/conftest.py
 @pytest.mark.parametrize("strict", ["0", "1"])
 def test_the_mark_and_require_in_a_run_of_pytest(
     strict: str, bare_path: Path, tmp_path: Path

@@ -116,6 +116,7 @@ def _mutate(data: bytes, rng: random.Random) -> bytes:
     return bytes(out)
 
 
+@pytest.mark.slow  # 1,300 runs of the CLI
 def test_mutated_hostfiles_and_ssh_configs_end_in_0_or_2_never_a_traceback(
     tmp_path: Path,
 ) -> None:
