@@ -67,10 +67,3 @@ def jobs(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Jobs]:
         yield j
     finally:
         j.close()
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
-    for item in items:
-        if here in Path(str(item.fspath)).parents:
-            item.add_marker(pytest.mark.cluster)
