@@ -431,13 +431,24 @@ def test_release_image_labels_sbom_and_version(engine, mpiwait_image):
     _check_release_image(engine, mpiwait_image, "amd64")
 
 
-def test_plain_docker_build_of_the_dockerfile(engine):
+@pytest.mark.parametrize("builder", ["classic", "buildkit"])
+def test_plain_docker_build_of_the_dockerfile(engine, builder):
     """`docker build .` as anyone (and most CI pipelines) runs it first: no build arguments,
-    not through scripts/build-image (only --network host, as this engine has no bridge). Its
-    empty SOURCE_DATE_EPOCH once ended the wheel build in a traceback."""
+    not through scripts/build-image (only --network host, as this engine has no bridge), with
+    the classic builder and with BuildKit (the daemon's own, which Debian's docker CLI 20.10
+    uses under DOCKER_BUILDKIT=1; a newer CLI would want buildx). Its empty SOURCE_DATE_EPOCH
+    once ended the wheel build in a traceback."""
     engine.debian_base("bookworm")
-    plain = "mpiwait-tests/plain-build"
-    engine.build(REPO, plain)
+    plain = f"mpiwait-tests/plain-build:{builder}"
+    if builder == "classic":
+        engine.build(REPO, plain)
+    else:
+        p = subprocess.run(
+            ["/usr/bin/docker", "build", "--network", "host", "-t", plain, str(REPO)],
+            env={**engine.env, "DOCKER_BUILDKIT": "1"}, capture_output=True, text=True,
+            timeout=1800,
+        )  # fmt: skip
+        assert p.returncode == 0, f"{p.stdout[-3000:]}\n{p.stderr[-3000:]}"
     p = engine.docker("run", "--rm", plain, "--version", "--log-format", "json")
     info = json.loads(p.stdout)
     assert info["version"] == mpiwait.__version__
