@@ -57,8 +57,11 @@ Housekeeping: missing_requirements(flavour), cleanup_stale(), bed_names(prefix),
     unnamed_uid() (a uid with no passwd entry), BedError, ENV_TAG, STATE_ROOT, SSHD. Submodules
     ``containers`` (a private dockerd and Debian base images: Engine), ``releases`` (Debian's
     OpenSSH releases in cached debootstrap roots, run under chroot: openssh_root(suite),
-    Release(suite).ssh(...); trixie's root has its sshd too) and ``leaks`` (the session-end
-    check of conftest.py).
+    Release(suite).ssh(...); trixie's root has its sshd too), ``cluster`` (a real single-node
+    Kubernetes with mpi-operator, built by scripts/build-cluster: Cluster; ``cluster.images``
+    builds and imports the tier's images, ``cluster.mpijob`` runs the examples as MPIJobs in a
+    namespace of a test's own: Jobs), ``pythons`` (a Debian root with another Python) and
+    ``leaks`` (the session-end check of conftest.py).
 
 Inside (private, one job a module): the labs _netns (TestBed), _manyhosts (ManyHosts),
     _loopbed (LoopBed), _lab (Lab); what the namespace labs share: _namespaces (namespaces,
