@@ -194,6 +194,15 @@ def list_ns() -> list[str]:
     return [line.split()[0] for line in cp.stdout.splitlines() if line.strip()]
 
 
+def unmount_below(roots: Sequence[str]) -> None:
+    """Lazily unmount every mount point that starts with one of ``roots``, deepest first."""
+    prefixes = tuple(roots)
+    for mnt in reversed(Path("/proc/self/mounts").read_text().splitlines()):
+        target = mnt.split()[1].replace("\\040", " ")
+        if target.startswith(prefixes):
+            subprocess.run(["umount", "-l", target], capture_output=True)
+
+
 def list_links() -> list[str]:
     cp = sh(["ip", "-o", "link", "show"], check=False)
     out = []

@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from ._sys import ENV_TAG, b36, root_and_tools, spawn
+from ._sys import ENV_TAG, b36, root_and_tools, spawn, unmount_below
 
 CACHE = Path(os.environ.get("MPIWAIT_TEST_CACHE", "/var/cache/mpiwait-tests"))
 MIRROR = os.environ.get("MPIWAIT_TEST_MIRROR", "http://deb.debian.org/debian")
@@ -360,11 +360,7 @@ class Engine:
         self._procs.clear()
         self._remove_rules()
         # Anything still mounted below our directories (overlay layers, netns) goes too.
-        roots = (str(self.workdir), str(self.data_root))
-        for mnt in reversed(Path("/proc/self/mounts").read_text().splitlines()):
-            target = mnt.split()[1].replace("\\040", " ")
-            if target.startswith(roots):
-                subprocess.run(["umount", "-l", target], capture_output=True)
+        unmount_below((str(self.workdir), str(self.data_root)))
         if self._lock is not None:
             self._lock.close()
             self._lock = None

@@ -42,7 +42,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .._sys import ENV_TAG, b36, kill_group, root_and_tools, spawn
+from .._sys import ENV_TAG, b36, kill_group, list_ns, root_and_tools, spawn, unmount_below
 from ..containers import RULE_TAG
 
 HERE = Path(__file__).resolve().parent
@@ -194,7 +194,7 @@ class Cluster:
     def _start(self) -> None:
         for d in ("logs", "pki", "etcd", "containerd", "cni", "kubelet", "kubelet-pki"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
-        self._netns_before = set(self._netns())
+        self._netns_before = set(list_ns())
         self._host()
         self._pki()
         self._spawn("etcd", [
@@ -474,8 +474,8 @@ class Cluster:
             kill_group(self._procs[name], grace=30)
         self._procs.clear()
         self._kill_pods_processes()
-        self._unmount()
-        for ns in set(self._netns()) - self._netns_before:
+        unmount_below((str(self.workdir), "/run/netns/cni-", "/var/run/netns/cni-"))
+        for ns in set(list_ns()) - self._netns_before:
             if ns.startswith("cni-"):
                 subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
         subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True)
@@ -517,15 +517,3 @@ class Cluster:
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and any(Path(f"/proc/{p}").exists() for p in pids):
             time.sleep(0.1)
-
-    def _unmount(self) -> None:
-        roots = (str(self.workdir), "/run/netns/cni-", "/var/run/netns/cni-")
-        for mnt in reversed(Path("/proc/self/mounts").read_text().splitlines()):
-            target = mnt.split()[1].replace("\\040", " ")
-            if target.startswith(roots):
-                subprocess.run(["umount", "-l", target], capture_output=True)
-
-    @staticmethod
-    def _netns() -> list[str]:
-        p = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
-        return [line.split()[0] for line in p.stdout.splitlines() if line.strip()]
