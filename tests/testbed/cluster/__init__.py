@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import fcntl
 import json
 import os
 import secrets
@@ -58,6 +59,10 @@ CNI_BIN = "/usr/lib/cni"
 PAUSE_IMAGE = "docker.io/mpiwait-tests/pause:1"
 ETCD_PORT, ETCD_PEER = 23790, 23800
 API_PORT = 6443
+# One cluster at a time on a host (the bridge, its subnet and the ports are fixed): a second one
+# waits for this lock instead of failing on an address in use.
+LOCK = Path("/run/lock/mpiwait-test-cluster.lock")
+LOCK_WAIT = 3600.0
 # The tag in a cluster's processes' environment and on its iptables rule (leaks.py looks for it).
 CLUSTER_PREFIX = "kc"
 TOOLS = ("containerd", "runc", "ctr", "openssl", "iptables", "ip", "mount")
@@ -179,10 +184,12 @@ class Cluster:
         self.kubelet_root = workdir / "kubelet"
         self.cgroup_root = f"{CGROUP_ROOT}-{self.tag}"
         self.started = 0.0
+        self._lock: int | None = None
 
     # --- start --------------------------------------------------------------------------------
 
     def start(self) -> None:
+        self._take_lock()
         t0 = time.monotonic()
         try:
             self._start()
@@ -190,6 +197,30 @@ class Cluster:
             self.stop()
             raise
         self.started = time.monotonic() - t0
+
+    def _take_lock(self) -> None:
+        LOCK.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        deadline, said = time.monotonic() + LOCK_WAIT, False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    os.close(fd)
+                    raise ClusterError(
+                        f"another test cluster held {LOCK} for {LOCK_WAIT:.0f} s"
+                    ) from None
+                if not said:
+                    holder = os.pread(fd, 64, 0).decode(errors="replace").strip()
+                    print(f"waiting for the test cluster of pid {holder} to stop ({LOCK})",
+                          flush=True)  # fmt: skip
+                    said = True
+                time.sleep(1)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._lock = fd
 
     def _start(self) -> None:
         for d in ("logs", "pki", "etcd", "containerd", "cni", "kubelet", "kubelet-pki"):
@@ -494,6 +525,9 @@ class Cluster:
             with contextlib.suppress(OSError):
                 _sysctl_path(name).write_text(value)
         self._sysctls.clear()
+        if self._lock is not None:
+            os.close(self._lock)  # releases the flock
+            self._lock = None
 
     def _kill_pods_processes(self) -> None:
         """Shims and containers' processes (each in the cluster's cgroups or tagged)."""
