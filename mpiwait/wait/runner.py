@@ -20,7 +20,7 @@ T = TypeVar("T")
 
 class ConnectionLost:
     """A host event, not an attempt: the connection kept from the host's last login ended.
-    (A plain class: creating a NamedTuple class costs start-up ~0.6 M instructions.)"""
+    (A plain class: creating a NamedTuple class adds to start-up.)"""
 
     __slots__ = ("host",)
 

@@ -129,6 +129,8 @@ def test_probe_tells_where_the_handshake_stopped(
     assert (outcome.status, outcome.stage, outcome.reason) == (Status.RETRY, Stage.SSH, reason)
     if reason == "closed":
         assert "MaxStartups" in outcome.detail
+    if behave is exceeded_max_startups:  # sshd said so: no question mark
+        assert outcome.detail == "sshd is at its MaxStartups limit"
     if reason == "penalty":
         assert "PerSourcePenalties" in outcome.detail
         assert outcome.pace == 1.0  # sshd refuses for >= 15 s: once a second will do

@@ -52,8 +52,9 @@ def turned_away(sock: socket.socket, wait: float) -> Outcome | None:
         return CLOSED_BEFORE_BANNER
     if first.startswith(b"SSH-") or b"SSH-".startswith(first):
         return None
-    if _TURNED_AWAY.startswith(first):
+    line = first.rstrip(b"\r\n")  # the peek can hold the whole line, "Exceeded MaxStartups\r\n"
+    if _TURNED_AWAY.startswith(line):
         return _PENALISED
-    if _AT_MAX_STARTUPS.startswith(first):
+    if _AT_MAX_STARTUPS.startswith(line):
         return _MAX_STARTUPS
     return None  # other text before the banner: the handshake reads it
