@@ -1,4 +1,4 @@
-"""The cluster tier: one real single-node Kubernetes with the real mpi-operator for the tier
+"""The cluster tier: one real single-node Kubernetes with the real mpi-operator for the whole tier
 (testbed.cluster), its images built by the test bed's container engine and imported, and one
 namespace per test. The first run on a machine builds the cluster (scripts/build-cluster) and the
 images; later runs reuse both."""
@@ -9,7 +9,7 @@ import re
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -20,26 +20,44 @@ from testbed.cluster.mpijob import Jobs
 REPO = Path(__file__).resolve().parents[2]
 
 
-@pytest.fixture(scope="module")
+HERE = Path(__file__).resolve().parent
+STOP = pytest.StashKey[Callable[[], None]]()
+
+
+@pytest.fixture(scope="session")
 def cluster(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Cluster]:
     """The cluster as CONTRIBUTING brings it up by hand: ``scripts/cluster up``, stopped as by
-    Ctrl-C (SIGTERM) once the module's tests are done (not at the session's end: the rest of
-    the suite runs without it; a module is one cluster, with CoreDNS configured as its ``DNS``
-    says), which must leave nothing behind."""
+    Ctrl-C (SIGTERM), which must leave nothing behind. One for the whole tier (a start costs
+    over a minute), stopped once the tier's last test is done (``pytest_runtest_teardown``
+    below), not at the session's end: the rest of the suite runs without it."""
     testbed.require("cluster")
-    dns = getattr(request.module, "DNS", "kubeadm")  # a module's CoreDNS configuration
     bins = bin_dir()
     work = tmp_path_factory.mktemp("k8s")
     ready = work / "ready"
     log = work / "scripts-cluster.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [str(REPO / "scripts/cluster"), "up", "--dns", dns, "--workdir", str(work),
+            [str(REPO / "scripts/cluster"), "up", "--workdir", str(work),
              "--ready-file", str(ready)],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
+    stopped: list[int] = []
+
+    def stop() -> None:
+        if stopped:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            stopped.append(proc.wait(180))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            stopped.append(proc.wait(30))
+        said = log.read_text()
+        assert stopped == [0] and said.rstrip().endswith("cluster: down"), said[-4000:]
+
+    request.config.stash[STOP] = stop
     try:
         deadline = time.monotonic() + 1800
         while not ready.exists():
@@ -48,14 +66,25 @@ def cluster(
             time.sleep(0.5)
         yield Cluster(work / "cluster", bins)
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            rc = proc.wait(180)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            rc = proc.wait(30)
-    said = log.read_text()
-    assert rc == 0 and said.rstrip().endswith("cluster: down"), said[-4000:]
+        stop()
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> None:
+    """The tier's last test done (its own fixtures torn down first: trylast): the cluster stops."""
+    stop = item.config.stash.get(STOP, None)
+    if stop is not None and (nextitem is None or HERE not in nextitem.path.parents):
+        stop()
+
+
+@pytest.fixture
+def old_kubeadm_dns(cluster: Cluster) -> Iterator[None]:
+    """CoreDNS configured as kubeadm did before 1.32 for one test, then as 1.35's again."""
+    cluster.configure_dns("old-kubeadm")
+    try:
+        yield
+    finally:
+        cluster.configure_dns("kubeadm")
 
 
 @pytest.fixture

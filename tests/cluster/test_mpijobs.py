@@ -89,6 +89,19 @@ def test_entrypoint_example_one_image_both_roles(jobs: Jobs) -> None:
         assert _restarts(w) == 0
 
 
+def test_intel_entrypoint_example_hydra_calls_back_by_address(jobs: Jobs) -> None:
+    """intel-entrypoint.yaml: Intel MPI's hydra proxies on the workers call back to the launcher;
+    mpiwait, the image's ENTRYPOINT, hands mpirun the interface the workers answered on, so the
+    call-back goes to the launcher's address (its name resolves only once its pod is Ready)."""
+    doc = hold_back(as_deployed(load_example("intel-entrypoint.yaml")), 1, HELD_BACK)
+    job = jobs.create(doc)
+    out = assert_one_clean_launch(jobs, job, [f"{job}-worker-0", f"{job}-worker-1"], "mpi-launcher")
+    assert out.count("pi on") == 2, out
+    assert "I_MPI_HYDRA_IFACE=eth0" in out, out
+    for w in jobs.worker_pods(job):
+        assert _restarts(w) == 0
+
+
 def test_run_launcher_as_worker_example(jobs: Jobs) -> None:
     """The launcher runs ranks too (listed first in the hostfile); mpiwait, an initContainer
     as uid 1000 on port 2222, waits for the two workers and not for its own pod."""

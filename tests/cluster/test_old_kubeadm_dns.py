@@ -1,4 +1,4 @@
-"""The same MPIJob on a cluster whose CoreDNS is configured as kubeadm did before 1.32: a plain
+"""The same MPIJob with the cluster's CoreDNS configured as kubeadm did before 1.32: a plain
 ``cache 30`` over the kubernetes plugin's ``ttl 30``, so a worker's "no such name", asked for
 while its pod was not Ready, is served for up to 30 s after the pod is Ready (the operator's
 Service publishes a worker only once it is Ready). mpiwait keeps asking and launches once the
@@ -9,10 +9,9 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+import pytest
 from test_mpijobs import HELD_BACK, assert_one_clean_launch
 from testbed.cluster.mpijob import Jobs, as_deployed, hold_back, load_example
-
-DNS = "old-kubeadm"
 
 
 def _ready_at(pod: dict) -> float:
@@ -24,6 +23,7 @@ def _ready_at(pod: dict) -> float:
     raise AssertionError(f"{pod['metadata']['name']} never Ready")
 
 
+@pytest.mark.usefixtures("old_kubeadm_dns")
 def test_initcontainer_example_through_a_stale_no_such_name(jobs: Jobs) -> None:
     doc = hold_back(as_deployed(load_example("initcontainer.yaml")), 1, HELD_BACK)
     doc["spec"]["runPolicy"]["cleanPodPolicy"] = "None"  # worker 1's Ready time, afterwards

@@ -59,6 +59,7 @@ CNI_BIN = "/usr/lib/cni"
 PAUSE_IMAGE = "docker.io/mpiwait-tests/pause:1"
 ETCD_PORT, ETCD_PEER = 23790, 23800
 API_PORT = 6443
+RELOAD = "2s"  # CoreDNS's reload plugin: how often it checks its Corefile (minimum 2 s)
 # One cluster at a time on a host (the bridge, its subnet and the ports are fixed): a second one
 # waits for this lock instead of failing on an address in use.
 LOCK = Path("/run/lock/mpiwait-test-cluster.lock")
@@ -124,7 +125,9 @@ def _sysctl_path(name: str) -> Path:
 def corefile(dns: str, kubeconfig: Path) -> str:
     """CoreDNS's configuration: kubeadm 1.35's (``cache 30`` with cluster.local's answers not
     cached, ``ttl 30``), or ``old-kubeadm``'s (plain ``cache 30``: a "no such name" for a worker
-    is kept up to 30 s after its pod is Ready). Bound to the node's address. Names outside the
+    is kept up to 30 s after its pod is Ready). Bound to the node's address; ``reload`` as
+    kubeadm's, checked every ``RELOAD`` instead of 30 s so that ``Cluster.configure_dns`` (one
+    cluster, both configurations) takes effect in seconds. Names outside the
     cluster's zones get "no such name" from a catch-all, as a cluster's upstream resolver would
     answer for a name like ``pi-worker-0.pi.default.svc.``: no query leaves the test bed."""
     if dns not in ("kubeadm", "old-kubeadm"):
@@ -141,7 +144,7 @@ def corefile(dns: str, kubeconfig: Path) -> str:
         f"    kubernetes cluster.local in-addr.arpa ip6.arpa {{\n"
         f"        kubeconfig {kubeconfig}\n        pods insecure\n"
         f"        fallthrough in-addr.arpa ip6.arpa\n        ttl 30\n    }}\n"
-        f"{cache}    loadbalance\n}}\n"
+        f"{cache}    loadbalance\n    reload {RELOAD}\n}}\n"
         f".:53 {{\n    bind {NODE_IP}\n    errors\n"
         "    template ANY ANY {\n        rcode NXDOMAIN\n    }\n}\n"
     )
@@ -184,12 +187,16 @@ class Cluster:
         self.kubelet_root = workdir / "kubelet"
         self.cgroup_root = f"{CGROUP_ROOT}-{self.tag}"
         self.started = 0.0
+        self.timings: dict[str, float] = {}  # what bringing it up cost, for scripts/cluster
         self._lock: int | None = None
 
     # --- start --------------------------------------------------------------------------------
 
     def start(self) -> None:
+        t0 = time.monotonic()
         self._take_lock()
+        if time.monotonic() - t0 > 1:
+            self.timings["waited for another cluster"] = time.monotonic() - t0
         t0 = time.monotonic()
         try:
             self._start()
@@ -197,6 +204,7 @@ class Cluster:
             self.stop()
             raise
         self.started = time.monotonic() - t0
+        self.timings["started"] = self.started
 
     def _take_lock(self) -> None:
         LOCK.parent.mkdir(parents=True, exist_ok=True)
@@ -453,6 +461,19 @@ class Cluster:
     def apply(self, manifest: str | dict[str, Any]) -> None:
         text = manifest if isinstance(manifest, str) else json.dumps(manifest)
         self.kubectl("apply", "-f", "-", input=text)
+
+    def configure_dns(self, dns: str, timeout: float = 60) -> None:
+        """Rewrite CoreDNS's Corefile for ``dns`` (see ``corefile``) and wait until CoreDNS runs
+        it: its reload plugin logs a line for each configuration it starts."""
+        text = corefile(dns, self.kubeconfig)
+        path = self.workdir / "Corefile"
+        if path.read_text() == text:
+            return
+        started = "Running configuration SHA512"
+        before = self.log("coredns").count(started)
+        path.write_text(text)
+        self._wait(f"CoreDNS reloaded as {dns}",
+                   lambda: self.log("coredns").count(started) > before, timeout)  # fmt: skip
 
     def log(self, component: str) -> str:
         path = self.logs / f"{component}.log"

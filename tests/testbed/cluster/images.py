@@ -12,6 +12,10 @@ from debootstrap) and handed to the cluster's containerd as ``docker save`` arch
   examples/kubernetes/entrypoint.Dockerfile built unchanged on it.
 - ``OPENMPI_PI``: the same with trixie's Open MPI 5 (``mpioperator/mpi-pi:openmpi``), and
   ``PI_OPENMPI_MPIWAIT``: examples/kubernetes/trainer-entrypoint.Dockerfile built unchanged on it.
+- ``INTEL_PI``: the operator's Intel pi image (``mpioperator/mpi-pi:intel``: its base, trixie, with
+  Intel MPI 2021.13 as the operator installs it from Intel's apt repository, here the same
+  release from PyPI's ``impi-rt`` in ``/opt/intel/oneapi/mpi/2021.13``, ``latest`` linked to it),
+  and ``PI_INTEL_MPIWAIT``: examples/kubernetes/intel-entrypoint.Dockerfile built unchanged on it.
 ``/home/mpiuser/pi`` and ``/usr/local/bin/pi`` print the host they ran on (no compiler in the
 images): mpirun reaching every worker is what the tier checks.
 """
@@ -21,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -44,7 +49,12 @@ MPICH_PI = "docker.io/mpioperator/mpi-pi:mpich"
 PI_MPIWAIT = f"ghcr.io/mpiwait/pi-mpich-mpiwait:{VERSION}"
 OPENMPI_PI = "docker.io/mpioperator/mpi-pi:openmpi"
 PI_OPENMPI_MPIWAIT = f"ghcr.io/mpiwait/pi-openmpi-mpiwait:{VERSION}"
-ALL = (PAUSE, MPIWAIT, OPENMPI, MPICH_PI, PI_MPIWAIT, OPENMPI_PI, PI_OPENMPI_MPIWAIT)
+INTEL_PI = "docker.io/mpioperator/mpi-pi:intel"
+PI_INTEL_MPIWAIT = f"ghcr.io/mpiwait/pi-intel-mpiwait:{VERSION}"
+ALL = (
+    PAUSE, MPIWAIT, OPENMPI, MPICH_PI, PI_MPIWAIT, OPENMPI_PI, PI_OPENMPI_MPIWAIT, INTEL_PI,
+    PI_INTEL_MPIWAIT,
+)  # fmt: skip
 
 # mpi-operator v0.8.2's build/base/Dockerfile's ssh settings with Open MPI 4 (Debian 12's 4.1,
 # OpenSSH 9.2), as root on port 22: what the operator's tensorflow-benchmarks and Horovod images
@@ -62,6 +72,15 @@ RUN apt-get update \
     && sed -i "s/#\(StrictModes \).*/\1no/g" /etc/ssh/sshd_config \
     && printf '#!/bin/sh\necho "pi on $(hostname)"\n' > /usr/local/bin/pi \
     && chmod 0755 /usr/local/bin/pi
+"""
+
+# mpi-operator v0.8.2's build/base/intel.Dockerfile installs intel-oneapi-mpi-2021.13 from Intel's
+# apt repository (not reachable here); PyPI's impi-rt of the same release, laid out as apt does.
+INTEL_MPI = r"""
+RUN python3 -m venv /opt/intel/oneapi/mpi/2021.13 \
+    && /opt/intel/oneapi/mpi/2021.13/bin/pip install --no-cache-dir --disable-pip-version-check \
+        impi-rt==2021.13.1 \
+    && ln -s 2021.13 /opt/intel/oneapi/mpi/latest
 """
 
 
@@ -87,6 +106,7 @@ def build_all(engine: containers.Engine, bins: Path, out: Path) -> Path:
         # mpi-operator v0.8.2's base (trixie) with mpich.Dockerfile's or openmpi.Dockerfile's MPI
         (MPICH_PI, containers.operator_pi_dockerfile("trixie", "mpich")),
         (OPENMPI_PI, containers.operator_pi_dockerfile("trixie", "openmpi-bin")),
+        (INTEL_PI, containers.operator_pi_dockerfile("trixie", "python3-venv") + INTEL_MPI),
     ):
         ctx = out / ref.rsplit("/", 1)[-1].replace(":", "-")
         ctx.mkdir(exist_ok=True)
@@ -95,6 +115,7 @@ def build_all(engine: containers.Engine, bins: Path, out: Path) -> Path:
     k8s = REPO / "examples/kubernetes"
     engine.build(k8s, PI_MPIWAIT, "-f", str(k8s / "entrypoint.Dockerfile"))
     engine.build(k8s, PI_OPENMPI_MPIWAIT, "-f", str(k8s / "trainer-entrypoint.Dockerfile"))
+    engine.build(k8s, PI_INTEL_MPIWAIT, "-f", str(k8s / "intel-entrypoint.Dockerfile"))
     tar = out / "images.tar"
     engine.docker("save", "-o", str(tar), *ALL, timeout=900)
     return tar
@@ -105,12 +126,16 @@ def cluster_with_images(work: Path, dns: str = "kubeadm") -> Iterator[Cluster]:
     """Build what is not built (scripts/build-cluster, the images), start a Cluster in
     ``work``/cluster with every image imported; stopped on leaving."""
     bins = bin_dir()
+    t0 = time.monotonic()
     with containers.Engine(work / "engine") as engine:
         archive = build_all(engine, bins, work / "images")
     c = Cluster(work / "cluster", bins, dns=dns)
+    c.timings["images built and saved"] = time.monotonic() - t0
     try:
         c.start()
+        t0 = time.monotonic()
         c.import_image(archive)
+        c.timings["images imported"] = time.monotonic() - t0
         archive.unlink()
         yield c
     finally:
