@@ -398,6 +398,9 @@ class Cluster:
             '      runtime_type = "io.containerd.runc.v2"\n'
             '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
             "        SystemdCgroup = false\n"
+            # runc's state in the cluster's own state directory, not /run/containerd/runc/k8s.io
+            # (a real node's containerd on this host would share that one)
+            f'        Root = "{ctr}/state/runc"\n'
             '  [plugins."io.containerd.grpc.v1.cri".cni]\n'
             f'    bin_dir = "{CNI_BIN}"\n    conf_dir = "{cni}"\n'
         ))  # fmt: skip
