@@ -12,6 +12,9 @@ import time
 from testbed.cluster.mpijob import Jobs, as_deployed, hold_back, load_example, without_init
 
 HELD_BACK = 20  # s: one worker's image pull, stood in for by an initContainer that sleeps
+# The other examples' late worker: it need only be later than the launcher's first probe (about
+# 3 s after the pod starts), which ``assert_waited_for`` checks in mpiwait's log.
+LATE = 10
 
 
 def _restarts(pod: dict) -> int:
@@ -44,6 +47,14 @@ def assert_one_clean_launch(jobs: Jobs, job: str, workers: list[str], container:
     return out
 
 
+def assert_waited_for(log: str, early: str, late: str) -> None:
+    """mpiwait's log: ``early`` passed before ``late``, the last host the launch waited for."""
+    first = re.search(rf"\] (\d+)/(\d+) ready \({re.escape(early)}\.", log)
+    last = re.search(rf"\] (\d+)/(\d+) ready \({re.escape(late)}\.", log)
+    assert first and last and first.start() < last.start(), log
+    assert last.group(1) == last.group(2) != first.group(1), log
+
+
 def test_initcontainer_example_one_worker_late(jobs: Jobs) -> None:
     doc = hold_back(as_deployed(load_example("initcontainer.yaml")), 1, HELD_BACK)
     job = jobs.create(doc)
@@ -51,7 +62,7 @@ def test_initcontainer_example_one_worker_late(jobs: Jobs) -> None:
     assert_one_clean_launch(jobs, job, workers, "tensorflow-benchmarks")
     launcher = jobs.launcher_pods(job)[0]["metadata"]["name"]
     waited = jobs.logs(launcher, "wait-for-workers")
-    assert f"{job}-worker-1" in waited, waited
+    assert_waited_for(waited, f"{job}-worker-0", f"{job}-worker-1")
 
 
 def test_initcontainer_example_without_mpiwait_fails_its_first_launch(jobs: Jobs) -> None:
@@ -80,10 +91,11 @@ def test_initcontainer_example_without_mpiwait_fails_its_first_launch(jobs: Jobs
 
 
 def test_entrypoint_example_one_image_both_roles(jobs: Jobs) -> None:
-    doc = hold_back(as_deployed(load_example("entrypoint.yaml")), 1, HELD_BACK)
+    doc = hold_back(as_deployed(load_example("entrypoint.yaml")), 1, LATE)
     job = jobs.create(doc)
     out = assert_one_clean_launch(jobs, job, [f"{job}-worker-0", f"{job}-worker-1"], "mpi-launcher")
     assert "pi on" in out
+    assert_waited_for(out, f"{job}-worker-0", f"{job}-worker-1")
     # Workers: mpiwait stepped aside (K_MPI_JOB_ROLE=worker) and sshd runs as the pod's process.
     for w in jobs.worker_pods(job):
         assert _restarts(w) == 0
@@ -93,10 +105,11 @@ def test_intel_entrypoint_example_hydra_calls_back_by_address(jobs: Jobs) -> Non
     """intel-entrypoint.yaml: Intel MPI's hydra proxies on the workers call back to the launcher;
     mpiwait, the image's ENTRYPOINT, hands mpirun the interface the workers answered on, so the
     call-back goes to the launcher's address (its name resolves only once its pod is Ready)."""
-    doc = hold_back(as_deployed(load_example("intel-entrypoint.yaml")), 1, HELD_BACK)
+    doc = hold_back(as_deployed(load_example("intel-entrypoint.yaml")), 1, LATE)
     job = jobs.create(doc)
     out = assert_one_clean_launch(jobs, job, [f"{job}-worker-0", f"{job}-worker-1"], "mpi-launcher")
     assert out.count("pi on") == 2, out
+    assert_waited_for(out, f"{job}-worker-0", f"{job}-worker-1")
     assert "I_MPI_HYDRA_IFACE=eth0" in out, out
     for w in jobs.worker_pods(job):
         assert _restarts(w) == 0
@@ -105,19 +118,23 @@ def test_intel_entrypoint_example_hydra_calls_back_by_address(jobs: Jobs) -> Non
 def test_run_launcher_as_worker_example(jobs: Jobs) -> None:
     """The launcher runs ranks too (listed first in the hostfile); mpiwait, an initContainer
     as uid 1000 on port 2222, waits for the two workers and not for its own pod."""
-    doc = hold_back(as_deployed(load_example("run-launcher-as-worker.yaml")), 1, HELD_BACK)
+    doc = hold_back(as_deployed(load_example("run-launcher-as-worker.yaml")), 1, LATE)
     job = jobs.create(doc)
     hosts = [f"{job}-launcher", f"{job}-worker-0", f"{job}-worker-1"]
     out = assert_one_clean_launch(jobs, job, hosts, "mpi-launcher")
     assert out.count("pi on") == 3, out
+    launcher = jobs.launcher_pods(job)[0]["metadata"]["name"]
+    waited = jobs.logs(launcher, "wait-for-workers")
+    assert_waited_for(waited, f"{job}-worker-0", f"{job}-worker-1")
 
 
 def test_launcher_script_example(jobs: Jobs) -> None:
     """bash-entrypoint.yaml: COMMAND is a bash script that calls mpirun (Open MPI 5)."""
-    doc = hold_back(as_deployed(load_example("bash-entrypoint.yaml")), 1, HELD_BACK)
+    doc = hold_back(as_deployed(load_example("bash-entrypoint.yaml")), 1, LATE)
     job = jobs.create(doc)
     out = assert_one_clean_launch(jobs, job, [f"{job}-worker-0", f"{job}-worker-1"], "mpi-launcher")
     assert "pi on 2 workers" in out, out
+    assert_waited_for(out, f"{job}-worker-0", f"{job}-worker-1")
 
 
 def test_worker_replaced_after_it_passed(jobs: Jobs) -> None:
