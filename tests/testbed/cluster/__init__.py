@@ -66,6 +66,7 @@ API_PORT = 6443
 # endpoints, on the host: one address, so two ports.
 JOBSET_WEBHOOK, TRAINER_WEBHOOK = 9443, 9444
 JOBSET_HEALTH, TRAINER_HEALTH = 18081, 18082
+CERT_DIR = Path("/tmp/k8s-webhook-server")  # + /serving-certs: JobSet's and Trainer's, hard-coded
 # One cluster at a time on a host (the bridge, its subnet and the ports are fixed): a second one
 # waits for this lock instead of failing on an address in use.
 LOCK = Path("/run/lock/mpiwait-test-cluster.lock")
@@ -205,6 +206,7 @@ class Cluster:
         self.cgroup_root = f"{CGROUP_ROOT}-{self.tag}"
         self.started = 0.0
         self._lock: int | None = None
+        self._made_cert_dir = False
 
     # --- start --------------------------------------------------------------------------------
 
@@ -320,14 +322,16 @@ class Cluster:
         without selector, its EndpointSlice naming the node's address; each controller with the
         admin kubeconfig, its own cert rotator (which fills the Secret and the configurations'
         caBundle for <service>.<namespace>.svc, the name the apiserver checks) and a private
-        /tmp (both write their certificates to /tmp/k8s-webhook-server/serving-certs)."""
+        ``CERT_DIR`` (both write their certificates below it, a path they hard-code)."""
         self.trainer = True
         docs: list[dict[str, Any]] = []
         for name in ("jobset-manifests.yaml", "trainer-manifests.yaml"):
             out = self.kubectl("create", "--dry-run=client", "--validate=false", "-o", "json",
                                "-f", str(self.bins / name)).stdout  # fmt: skip
-            got = json.loads(out)
-            docs += got["items"] if got.get("kind") == "List" else [got]
+            at = 0  # one JSON object per document, one after the other
+            while out[at:].strip():
+                doc, at = json.JSONDecoder().raw_decode(out, len(out) - len(out[at:].lstrip()))
+                docs += doc["items"] if doc.get("kind") == "List" else [doc]
         hooks = [d for d in docs if d["kind"].endswith("WebhookConfiguration")]
         for d in hooks:  # Trainer's base leaves the namespace to its overlay (kubeflow-system)
             for w in d["webhooks"]:
@@ -399,12 +403,16 @@ class Cluster:
                                "webhookSecretName": "kubeflow-trainer-webhook-cert"},
             "clientConnection": {"qps": 50, "burst": 100},
         }))  # fmt: skip
-        private_tmp = 'mount -t tmpfs -o size=16m tmpfs /tmp && exec "$0" "$@"'
+        # Each its own CERT_DIR: a tmpfs over it in a mount namespace of the controller's.
+        if not CERT_DIR.exists():
+            CERT_DIR.mkdir(parents=True)
+            self._made_cert_dir = True
+        private = f'mount -t tmpfs -o size=16m tmpfs {CERT_DIR} && exec "$0" "$@"'
         controllers = (("jobset", "jobset", jobset),
                        ("trainer", "trainer-controller-manager", trainer))  # fmt: skip
         for name, binary, config in controllers:
             self._spawn(name, [
-                "unshare", "--mount", "--propagation", "private", "sh", "-c", private_tmp,
+                "unshare", "--mount", "--propagation", "private", "sh", "-c", private,
                 str(self.bins / "bin" / binary), f"--config={config}",
                 f"--kubeconfig={self.kubeconfig}",
             ], bins=False)  # fmt: skip
@@ -645,6 +653,10 @@ class Cluster:
                         d.rmdir()
                 with contextlib.suppress(OSError):
                     root.rmdir()
+        if self._made_cert_dir:
+            with contextlib.suppress(OSError):
+                CERT_DIR.rmdir()
+            self._made_cert_dir = False
         for name, value in self._sysctls.items():
             with contextlib.suppress(OSError):
                 _sysctl_path(name).write_text(value)
