@@ -403,22 +403,56 @@ class Cluster:
                                "webhookSecretName": "kubeflow-trainer-webhook-cert"},
             "clientConnection": {"qps": 50, "burst": 100},
         }))  # fmt: skip
-        # Each its own CERT_DIR: a tmpfs over it in a mount namespace of the controller's.
+        # Each its own CERT_DIR (a tmpfs over it in a mount namespace of the controller's) with
+        # serving-certs bound to a directory here, where _sync_certs plays the kubelet's part.
         if not CERT_DIR.exists():
             CERT_DIR.mkdir(parents=True)
             self._made_cert_dir = True
-        private = f'mount -t tmpfs -o size=16m tmpfs {CERT_DIR} && exec "$0" "$@"'
+        private = (
+            f"d=$1; shift; mount -t tmpfs -o size=1m tmpfs {CERT_DIR} && mkdir {CERT_DIR}/"
+            f'serving-certs && mount --bind "$d" {CERT_DIR}/serving-certs && exec "$@"'
+        )
         controllers = (("jobset", "jobset", jobset),
                        ("trainer", "trainer-controller-manager", trainer))  # fmt: skip
         for name, binary, config in controllers:
             self._spawn(name, [
-                "unshare", "--mount", "--propagation", "private", "sh", "-c", private,
-                str(self.bins / "bin" / binary), f"--config={config}",
+                "unshare", "--mount", "--propagation", "private", "sh", "-c", private, "sh",
+                str(self._cert_dir(name)), str(self.bins / "bin" / binary), f"--config={config}",
                 f"--kubeconfig={self.kubeconfig}",
             ], bins=False)  # fmt: skip
-        for name, port in (("jobset", JOBSET_HEALTH), ("trainer", TRAINER_HEALTH)):
-            self._wait(f"{name}'s webhooks", lambda port=port: _http_ok(
-                f"http://127.0.0.1:{port}/readyz"), 120)  # fmt: skip
+        secrets_ = {"jobset": ("jobset-system", "jobset-webhook-server-cert", JOBSET_HEALTH),
+                    "trainer": ("kubeflow-system", "kubeflow-trainer-webhook-cert",
+                                TRAINER_HEALTH)}  # fmt: skip
+
+        def ready() -> bool:
+            up = True
+            for name, (ns, secret, port) in secrets_.items():
+                self._sync_certs(ns, secret, self._cert_dir(name))
+                up = _http_ok(f"http://127.0.0.1:{port}/readyz") and up
+            return up
+
+        self._wait("JobSet's and Trainer's webhooks", ready, 180)
+        for name, (ns, secret, _) in secrets_.items():  # in case a rotator rewrote it meanwhile
+            self._sync_certs(ns, secret, self._cert_dir(name))
+
+    def _cert_dir(self, name: str) -> Path:
+        d = self.workdir / f"{name}-certs"
+        d.mkdir(exist_ok=True)
+        return d
+
+    def _sync_certs(self, namespace: str, secret: str, dest: Path) -> None:
+        """The Secret's keys as files in ``dest``, as the kubelet's Secret volume at the cert
+        dir of upstream's Deployment: the cert rotator fills the Secret and waits for them."""
+        p = self.kubectl("get", "secret", "-n", namespace, secret, "-o", "json", check=False)
+        data = (json.loads(p.stdout).get("data") or {}) if p.returncode == 0 else {}
+        for key in sorted(data, key=lambda k: k == "tls.crt"):  # the cert, waited for, last
+            value = base64.b64decode(data[key])
+            f = dest / key
+            if not f.exists() or f.read_bytes() != value:
+                tmp = dest / f".{key}.tmp"
+                tmp.write_bytes(value)
+                tmp.chmod(0o600)
+                tmp.replace(f)
 
     def _host(self) -> None:
         for name in SYSCTLS:
