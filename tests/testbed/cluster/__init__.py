@@ -325,9 +325,11 @@ class Cluster:
         ``CERT_DIR`` (both write their certificates below it, a path they hard-code)."""
         self.trainer = True
         docs: list[dict[str, Any]] = []
-        for name in ("jobset-manifests.yaml", "trainer-manifests.yaml"):
+        # Trainer's base leaves namespaces to its overlay: kubeflow-system, as the overlay sets.
+        for name, ns in (("jobset-manifests.yaml", "jobset-system"),
+                         ("trainer-manifests.yaml", "kubeflow-system")):  # fmt: skip
             out = self.kubectl("create", "--dry-run=client", "--validate=false", "-o", "json",
-                               "-f", str(self.bins / name)).stdout  # fmt: skip
+                               "-n", ns, "-f", str(self.bins / name)).stdout  # fmt: skip
             at = 0  # one JSON object per document, one after the other
             while out[at:].strip():
                 doc, at = json.JSONDecoder().raw_decode(out, len(out) - len(out[at:].lstrip()))
@@ -352,7 +354,7 @@ class Cluster:
         for d in docs:
             kind, meta = d["kind"], d["metadata"]
             if kind == "Service":
-                ns = meta.setdefault("namespace", "kubeflow-system")
+                ns = meta["namespace"]
                 if (ns, meta["name"]) not in services:
                     continue  # the metrics Service: nothing scrapes here
                 d["spec"].pop("selector", None)  # no pod behind it: the EndpointSlice below
