@@ -28,7 +28,8 @@ STOP = pytest.StashKey[Callable[[], None]]()
 def cluster(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Cluster]:
-    """The cluster as CONTRIBUTING brings it up by hand: ``scripts/cluster up``, stopped as by
+    """The cluster as CONTRIBUTING brings it up by hand: ``scripts/cluster up --trainer`` (with
+    JobSet and Kubeflow Trainer for tests/cluster/test_trainer.py), stopped as by
     Ctrl-C (SIGTERM), which must leave nothing behind. One for the whole tier (a start costs
     over a minute), stopped once the tier's last test is done (``pytest_runtest_teardown``
     below), not at the session's end: the rest of the suite runs without it."""
@@ -39,7 +40,7 @@ def cluster(
     log = work / "scripts-cluster.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [str(REPO / "scripts/cluster"), "up", "--workdir", str(work),
+            [str(REPO / "scripts/cluster"), "up", "--trainer", "--workdir", str(work),
              "--ready-file", str(ready)],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
@@ -64,7 +65,7 @@ def cluster(
             if proc.poll() is not None or time.monotonic() > deadline:
                 pytest.fail(f"scripts/cluster up did not come up:\n{log.read_text()[-4000:]}")
             time.sleep(0.5)
-        yield Cluster(work / "cluster", bins)
+        yield Cluster(work / "cluster", bins, trainer=True)
     finally:
         stop()
 

@@ -370,10 +370,26 @@ def mpijob_invocations(example: str, job: dict[str, Any]) -> list[Invocation]:
     return out
 
 
-def trainer_invocations(example: str, runtime: dict[str, Any], job_name: str) -> list[Invocation]:
+def trainer_node_count(runtime: dict[str, Any], job: dict[str, Any]) -> int:
+    """How many node pods Trainer v2 makes: the TrainJob's trainer.numNodes (less the launcher
+    with runLauncherAsNode), else the node replicatedJob's parallelism. The runtime's
+    mlPolicy.numNodes is the pod count of the replicatedJob labelled
+    trainjob-ancestor-step: trainer, the launcher here (Trainer v2.2.0's newRuntimeInfo)."""
+    mpi = runtime["spec"]["mlPolicy"]["mpi"]
+    asked = (job["spec"].get("trainer") or {}).get("numNodes")
+    if asked is not None:
+        return max(int(asked) - 1, 1) if mpi.get("runLauncherAsNode") else int(asked)
+    rjobs = {r["name"]: r for r in runtime["spec"]["template"]["spec"]["replicatedJobs"]}
+    return int(rjobs["node"]["template"]["spec"].get("parallelism", 1))
+
+
+def trainer_invocations(
+    example: str, runtime: dict[str, Any], job: dict[str, Any]
+) -> list[Invocation]:
     """Kubeflow Trainer v2's MPI plugin: hostfile of the node pods, no discover_hosts.sh."""
     mpi = runtime["spec"]["mlPolicy"]["mpi"]
-    n = int(runtime["spec"]["mlPolicy"]["numNodes"])
+    job_name = job["metadata"]["name"]
+    n = trainer_node_count(runtime, job)
     slots = int(mpi.get("numProcPerNode", 1))
     assert mpi.get("mpiImplementation", "OpenMPI") == "OpenMPI"  # the only one Trainer runs
     nodes = [f"{job_name}-node-0-{i}.{job_name}" for i in range(n)]
@@ -432,7 +448,7 @@ def k8s_invocations(path: Path) -> list[Invocation]:
             out += mpijob_invocations(path.name, doc)
         elif doc["kind"] == "TrainJob":
             runtime = runtimes[doc["spec"]["runtimeRef"]["name"]]
-            out += trainer_invocations(path.name, runtime, doc["metadata"]["name"])
+            out += trainer_invocations(path.name, runtime, doc)
     return out
 
 
@@ -605,6 +621,10 @@ def _check_trainer_runtime(example: str, runtime: dict[str, Any]) -> None:
     assert runtime["apiVersion"] == "trainer.kubeflow.org/v1alpha1"
     jobs = {j["name"]: j for j in runtime["spec"]["template"]["spec"]["replicatedJobs"]}
     assert set(jobs) >= {"launcher", "node"}, example
+    # numNodes is the launcher's pod count (it carries the trainer ancestor label): one launcher.
+    labels = jobs["launcher"]["template"].get("metadata", {}).get("labels", {})
+    if labels.get("trainer.kubeflow.org/trainjob-ancestor-step") == "trainer":
+        assert runtime["spec"]["mlPolicy"]["numNodes"] == 1, f"{example}: two launchers"
     for j in jobs.values():
         pod = j["template"]["spec"]["template"]["spec"]
         # Trainer's MPI plugin mounts its volumes into containers named `node` only.

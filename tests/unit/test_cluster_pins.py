@@ -16,6 +16,8 @@ GO = {  # pin name -> (module directory, the module it requires)
     "etcd": ("etcd", "go.etcd.io/etcd/server/v3"),
     "coredns": ("coredns", "github.com/coredns/coredns"),
     "mpi-operator": ("mpi-operator", "github.com/kubeflow/mpi-operator"),
+    "jobset": ("jobset", "sigs.k8s.io/jobset"),
+    "trainer": ("trainer", "github.com/kubeflow/trainer/v2"),
 }
 
 
@@ -40,6 +42,13 @@ def test_staging_modules_follow_the_kubernetes_pin() -> None:
                           .read_text(), re.M)  # fmt: skip
     assert len(replaces) > 25
     assert {(m, v) for _, m, v in replaces} == {(m, staging) for m, _, _ in replaces}
+
+
+def test_trainer_runs_on_the_jobset_it_requires() -> None:
+    """The JobSet pin is the version the Trainer release's go.mod requires (the Trainer's wrapper
+    module resolves it so), so the controller and the CRD it talks to are one release."""
+    gomod = (MODULES / "trainer/go.mod").read_text()
+    assert re.search(rf"^\s*sigs\.k8s\.io/jobset {re.escape(_pins()['jobset'])}\b", gomod, re.M)
 
 
 @pytest.mark.parametrize("dns", ["kubeadm", "old-kubeadm"])

@@ -4,8 +4,11 @@
 kube-controller-manager, kube-scheduler, a containerd of its own (Debian's, with runc and the CNI
 plugins), the kubelet, CoreDNS (the kubernetes plugin, configured as kubeadm 1.35 does, or with
 ``dns="old-kubeadm"`` as kubeadm did before 1.32: ``cache 30`` over ``ttl 30``) and mpi-operator
-v0.8.2 with its own CRD. The binaries are built from upstream's Go modules by
-scripts/build-cluster (``bin_dir()``); the pin table is tests/testbed/cluster/PINS.
+v0.8.2 with its own CRD; with ``trainer=True`` (or ``start_trainer()`` once started) also JobSet
+v0.11.1 and Kubeflow Trainer v2.2.0: their CRDs and webhooks as upstream's manifests have them,
+the controllers as upstream builds them, their webhook servers on the node's address. The
+binaries are built from upstream's Go modules by scripts/build-cluster (``bin_dir()``); the pin
+table is tests/testbed/cluster/PINS.
 
 What it does to the host, and undoes in ``stop()``:
 - a bridge ``BRIDGE`` (10.88.0.1/16, the pods' network and the node's address: the kubelet,
@@ -60,6 +63,11 @@ PAUSE_IMAGE = "docker.io/mpiwait-tests/pause:1"
 ETCD_PORT, ETCD_PEER = 23790, 23800
 API_PORT = 6443
 RELOAD = "2s"  # CoreDNS's reload plugin: how often it checks its Corefile (minimum 2 s)
+# JobSet's and Trainer's webhook servers (both 9443 upstream, each in its own pod) and health
+# endpoints, on the host: one address, so two ports.
+JOBSET_WEBHOOK, TRAINER_WEBHOOK = 9443, 9444
+JOBSET_HEALTH, TRAINER_HEALTH = 18081, 18082
+CERT_DIR = Path("/tmp/k8s-webhook-server")  # + /serving-certs: JobSet's and Trainer's, hard-coded
 # One cluster at a time on a host (the bridge, its subnet and the ports are fixed): a second one
 # waits for this lock instead of failing on an address in use.
 LOCK = Path("/run/lock/mpiwait-test-cluster.lock")
@@ -167,15 +175,28 @@ def dns_answers(name: str, server: str = NODE_IP, timeout: float = 2.0) -> tuple
     return reply[3] & 0x0F, struct.unpack(">H", reply[6:8])[0]
 
 
+def _http_ok(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=2) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
 class Cluster:
     """``c = Cluster(workdir, bins); c.start(); c.kubectl("apply", "-f", ...); c.stop()``
     (``images.cluster_with_images`` does that with the tier's images imported). A Cluster made
     for a running cluster's workdir, never started, reaches it through ``kubectl``."""
 
-    def __init__(self, workdir: Path, bins: Path, dns: str = "kubeadm") -> None:
+    def __init__(
+        self, workdir: Path, bins: Path, dns: str = "kubeadm", trainer: bool = False
+    ) -> None:
         self.workdir = workdir
         self.bins = bins
         self.dns = dns
+        self.trainer = trainer
         self.tag = f"{CLUSTER_PREFIX}{b36(os.getpid())}-{id(self):x}"
         self._procs: dict[str, subprocess.Popen[Any]] = {}
         self._sysctls: dict[str, str] = {}
@@ -189,6 +210,7 @@ class Cluster:
         self.started = 0.0
         self.timings: dict[str, float] = {}  # what bringing it up cost, for scripts/cluster
         self._lock: int | None = None
+        self._made_cert_dir = False
 
     # --- start --------------------------------------------------------------------------------
 
@@ -258,6 +280,9 @@ class Cluster:
             "--authorization-mode=Node,RBAC", "--enable-admission-plugins=NodeRestriction",
             "--kubelet-preferred-address-types=InternalIP", "--profiling=false",
             "--enable-priority-and-fairness=false", "--v=1",
+            # Webhooks served on the host (JobSet's, Trainer's) are reached through their
+            # Services' EndpointSlices, not ClusterIPs: no kube-proxy here.
+            "--enable-aggregator-routing=true",
         ])  # fmt: skip
         self._wait("the apiserver", lambda: self.kubectl("get", "--raw", "/readyz", check=False)
                    .returncode == 0, 120)  # fmt: skip
@@ -290,12 +315,154 @@ class Cluster:
             "mpi-operator", f"--kubeConfig={self.kubeconfig}", "--lock-namespace=mpi-operator",
             "-alsologtostderr",
         ])  # fmt: skip
+        if self.trainer:
+            self.start_trainer()
         self._wait("the node", lambda: self.kubectl(
             "get", "node", NODE, "-o",
             "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False,
         ).stdout == "True", 180)  # fmt: skip
         self._wait("the default ServiceAccount", lambda: self.kubectl(
             "get", "serviceaccount", "default", check=False).returncode == 0, 60)  # fmt: skip
+
+    def start_trainer(self) -> None:
+        """JobSet and Kubeflow Trainer v2 as upstream's manifests install them, but run here: their
+        CRDs, namespaces, Secrets and webhook configurations as shipped; each webhook's Service
+        without selector, its EndpointSlice naming the node's address; each controller with the
+        admin kubeconfig, its own cert rotator (which fills the Secret and the configurations'
+        caBundle for <service>.<namespace>.svc, the name the apiserver checks) and a private
+        ``CERT_DIR`` (both write their certificates below it, a path they hard-code)."""
+        self.trainer = True
+        docs: list[dict[str, Any]] = []
+        # Trainer's base leaves namespaces to its overlay: kubeflow-system, as the overlay sets.
+        for name, ns in (("jobset-manifests.yaml", "jobset-system"),
+                         ("trainer-manifests.yaml", "kubeflow-system")):  # fmt: skip
+            out = self.kubectl("create", "--dry-run=client", "--validate=false", "-o", "json",
+                               "-n", ns, "-f", str(self.bins / name)).stdout  # fmt: skip
+            at = 0  # one JSON object per document, one after the other
+            while out[at:].strip():
+                doc, at = json.JSONDecoder().raw_decode(out, len(out) - len(out[at:].lstrip()))
+                docs += doc["items"] if doc.get("kind") == "List" else [doc]
+        hooks = [d for d in docs if d["kind"].endswith("WebhookConfiguration")]
+        for d in hooks:  # Trainer's base leaves the namespace to its overlay (kubeflow-system)
+            for w in d["webhooks"]:
+                svc = w["clientConfig"]["service"]
+                if svc["namespace"] == "system":
+                    svc["namespace"] = "kubeflow-system"
+        services = {
+            (w["clientConfig"]["service"]["namespace"], w["clientConfig"]["service"]["name"])
+            for d in hooks for w in d["webhooks"]
+        }  # fmt: skip
+        ports = {"jobset-system": JOBSET_WEBHOOK, "kubeflow-system": TRAINER_WEBHOOK}
+        objs: list[dict[str, Any]] = [
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubeflow-system"}},
+            # The Trainer overlay's secretGenerator: the rotator fills a Secret, never makes one.
+            {"apiVersion": "v1", "kind": "Secret", "metadata": {
+                "name": "kubeflow-trainer-webhook-cert", "namespace": "kubeflow-system"}},
+        ]  # fmt: skip
+        for d in docs:
+            kind, meta = d["kind"], d["metadata"]
+            if kind == "Service":
+                ns = meta["namespace"]
+                if (ns, meta["name"]) not in services:
+                    continue  # the metrics Service: nothing scrapes here
+                d["spec"].pop("selector", None)  # no pod behind it: the EndpointSlice below
+                port = next(p for p in d["spec"]["ports"] if p["port"] == 443)
+                objs.append({
+                    "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                    "metadata": {"name": f"{meta['name']}-host", "namespace": ns, "labels": {
+                        "kubernetes.io/service-name": meta["name"],
+                        "endpointslice.kubernetes.io/managed-by": "mpiwait-tests"}},
+                    "addressType": "IPv4",
+                    "ports": [{"name": port.get("name", ""), "port": ports[ns],
+                               "protocol": "TCP"}],
+                    "endpoints": [{"addresses": [NODE_IP], "conditions": {"ready": True}}],
+                })  # fmt: skip
+            elif kind not in ("Namespace", "CustomResourceDefinition", "Secret") and (
+                not kind.endswith("WebhookConfiguration")
+            ):
+                continue  # the Deployment, RBAC (the controllers use the admin kubeconfig)
+            objs.insert(0 if kind == "Namespace" else len(objs), d)
+        self.kubectl("create", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "List",
+            "items": sorted(objs, key=lambda o: o["kind"] != "Namespace")}))  # fmt: skip
+        for crd in ("jobsets.jobset.x-k8s.io", "trainjobs.trainer.kubeflow.org",
+                    "trainingruntimes.trainer.kubeflow.org"):  # fmt: skip
+            self._wait(f"the CRD {crd}", lambda crd=crd: self.kubectl(
+                "get", "crd", crd, "-o",
+                "jsonpath={.status.conditions[?(@.type=='Established')].status}", check=False,
+            ).stdout == "True", 60)  # fmt: skip
+        jobset = self._write("jobset-config.json", json.dumps({
+            "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": True},
+            "webhook": {"port": JOBSET_WEBHOOK, "host": NODE_IP},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{JOBSET_HEALTH}"},
+        }))  # fmt: skip
+        trainer = self._write("trainer-config.json", json.dumps({
+            "apiVersion": "config.trainer.kubeflow.org/v1alpha1", "kind": "Configuration",
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{TRAINER_HEALTH}",
+                       "readinessEndpointName": "readyz", "livenessEndpointName": "healthz"},
+            "metrics": {"bindAddress": "0", "secureServing": False},
+            "webhook": {"port": TRAINER_WEBHOOK, "host": NODE_IP},
+            "leaderElection": {"leaderElect": False, "resourceName": "trainer.kubeflow.org",
+                               "resourceNamespace": "", "leaseDuration": "15s",
+                               "renewDeadline": "10s", "retryPeriod": "2s"},
+            "certManagement": {"enable": True,
+                               "webhookServiceName": "kubeflow-trainer-controller-manager",
+                               "webhookSecretName": "kubeflow-trainer-webhook-cert"},
+            "clientConnection": {"qps": 50, "burst": 100},
+        }))  # fmt: skip
+        # Each its own CERT_DIR (a tmpfs over it in a mount namespace of the controller's) with
+        # serving-certs bound to a directory here, where _sync_certs plays the kubelet's part.
+        if not CERT_DIR.exists():
+            CERT_DIR.mkdir(parents=True)
+            self._made_cert_dir = True
+        private = (
+            f"d=$1; shift; mount -t tmpfs -o size=1m tmpfs {CERT_DIR} && mkdir {CERT_DIR}/"
+            f'serving-certs && mount --bind "$d" {CERT_DIR}/serving-certs && exec "$@"'
+        )
+        controllers = (("jobset", "jobset", jobset),
+                       ("trainer", "trainer-controller-manager", trainer))  # fmt: skip
+        for name, binary, config in controllers:
+            self._spawn(name, [
+                "unshare", "--mount", "--propagation", "private", "sh", "-c", private, "sh",
+                str(self._cert_dir(name)), str(self.bins / "bin" / binary), f"--config={config}",
+                f"--kubeconfig={self.kubeconfig}",
+            ], bins=False)  # fmt: skip
+        secrets_ = {"jobset": ("jobset-system", "jobset-webhook-server-cert", JOBSET_HEALTH),
+                    "trainer": ("kubeflow-system", "kubeflow-trainer-webhook-cert",
+                                TRAINER_HEALTH)}  # fmt: skip
+
+        def ready() -> bool:
+            up = True
+            for name, (ns, secret, port) in secrets_.items():
+                self._sync_certs(ns, secret, self._cert_dir(name))
+                up = _http_ok(f"http://127.0.0.1:{port}/readyz") and up
+            return up
+
+        self._wait("JobSet's and Trainer's webhooks", ready, 180)
+        for name, (ns, secret, _) in secrets_.items():  # in case a rotator rewrote it meanwhile
+            self._sync_certs(ns, secret, self._cert_dir(name))
+
+    def _cert_dir(self, name: str) -> Path:
+        d = self.workdir / f"{name}-certs"
+        d.mkdir(exist_ok=True)
+        return d
+
+    def _sync_certs(self, namespace: str, secret: str, dest: Path) -> None:
+        """The Secret's keys as files in ``dest``, as the kubelet's Secret volume at the cert
+        dir of upstream's Deployment: the cert rotator fills the Secret and waits for them."""
+        p = self.kubectl("get", "secret", "-n", namespace, secret, "-o", "json", check=False)
+        data = (json.loads(p.stdout).get("data") or {}) if p.returncode == 0 else {}
+        for key in sorted(data, key=lambda k: k == "tls.crt"):  # the cert, waited for, last
+            value = base64.b64decode(data[key])
+            f = dest / key
+            if not f.exists() or f.read_bytes() != value:
+                tmp = dest / f".{key}.tmp"
+                tmp.write_bytes(value)
+                tmp.chmod(0o600)
+                tmp.replace(f)
 
     def _host(self) -> None:
         for name in SYSCTLS:
@@ -515,7 +682,8 @@ class Cluster:
         the processes in reverse order, then what is left on the host; leaves nothing behind."""
         if "kubelet" in self._procs and self._procs["kubelet"].poll() is None:
             with contextlib.suppress(Exception):
-                self.kubectl("delete", "mpijobs", "--all", "--all-namespaces", "--wait=false",
+                kinds = "mpijobs,trainjobs,jobsets" if self.trainer else "mpijobs"
+                self.kubectl("delete", kinds, "--all", "--all-namespaces", "--wait=false",
                              check=False)  # fmt: skip
                 self.kubectl("delete", "pods", "--all", "--all-namespaces", "--grace-period=1",
                              "--wait=false", check=False)  # fmt: skip
@@ -545,6 +713,10 @@ class Cluster:
                         d.rmdir()
                 with contextlib.suppress(OSError):
                     root.rmdir()
+        if self._made_cert_dir:
+            with contextlib.suppress(OSError):
+                CERT_DIR.rmdir()
+            self._made_cert_dir = False
         for name, value in self._sysctls.items():
             with contextlib.suppress(OSError):
                 _sysctl_path(name).write_text(value)

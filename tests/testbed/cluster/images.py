@@ -27,6 +27,7 @@ import shutil
 import subprocess
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import containers
@@ -122,9 +123,12 @@ def build_all(engine: containers.Engine, bins: Path, out: Path) -> Path:
 
 
 @contextlib.contextmanager
-def cluster_with_images(work: Path, dns: str = "kubeadm") -> Iterator[Cluster]:
+def cluster_with_images(
+    work: Path, dns: str = "kubeadm", trainer: bool = False
+) -> Iterator[Cluster]:
     """Build what is not built (scripts/build-cluster, the images), start a Cluster in
-    ``work``/cluster with every image imported; stopped on leaving."""
+    ``work``/cluster with every image imported (and, with ``trainer``, JobSet and Kubeflow
+    Trainer started meanwhile: ``Cluster.start_trainer``); stopped on leaving."""
     bins = bin_dir()
     t0 = time.monotonic()
     with containers.Engine(work / "engine") as engine:
@@ -133,9 +137,19 @@ def cluster_with_images(work: Path, dns: str = "kubeadm") -> Iterator[Cluster]:
     c.timings["images built and saved"] = time.monotonic() - t0
     try:
         c.start()
-        t0 = time.monotonic()
-        c.import_image(archive)
-        c.timings["images imported"] = time.monotonic() - t0
+
+        def imported() -> None:
+            t0 = time.monotonic()
+            c.import_image(archive)
+            c.timings["images imported"] = time.monotonic() - t0
+
+        with ThreadPoolExecutor(1) as pool:  # the import is I/O, the controllers' start the API's
+            importing = pool.submit(imported)
+            if trainer:
+                t0 = time.monotonic()
+                c.start_trainer()
+                c.timings["JobSet and Trainer started"] = time.monotonic() - t0
+            importing.result()
         archive.unlink()
         yield c
     finally:

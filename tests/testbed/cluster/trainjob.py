@@ -1,0 +1,100 @@
+"""Kubeflow Trainer v2 TrainJobs on a test Cluster started with ``trainer=True``: the examples'
+TrainingRuntime and TrainJob as users paste them, with only what a cluster without a registry
+needs changed (``as_deployed``), and what a user looks at afterwards (the TrainJob's condition,
+the launcher's pod and restarts, ``kubectl logs``)."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from . import images
+from .mpijob import EXAMPLES, Jobs
+
+# Image names in the examples (what releases publish) -> the images the tier built.
+IMAGE_MAP = {
+    "mpioperator/mpi-pi:openmpi": images.OPENMPI_PI,
+    "ghcr.io/mpiwait/mpiwait:0.1.0": images.MPIWAIT,
+    "ghcr.io/mpiwait/pi-openmpi-mpiwait:0.1.0": images.PI_OPENMPI_MPIWAIT,
+}
+JOBSET = "jobset.sigs.k8s.io/jobset-name"
+RJOB = "jobset.sigs.k8s.io/replicatedjob-name"
+
+
+def load_runtime_and_job(name: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The example's TrainingRuntime and TrainJob (one file, two documents)."""
+    import yaml  # a test extra
+
+    docs = list(yaml.safe_load_all((EXAMPLES / name).read_text()))
+    runtime = next(d for d in docs if d["kind"] == "TrainingRuntime")
+    job = next(d for d in docs if d["kind"] == "TrainJob")
+    return runtime, job
+
+
+def _pod_specs(runtime: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """replicatedJob name -> its pod spec."""
+    return {
+        r["name"]: r["template"]["spec"]["template"]["spec"]
+        for r in runtime["spec"]["template"]["spec"]["replicatedJobs"]
+    }
+
+
+def as_deployed(runtime: dict[str, Any]) -> dict[str, Any]:
+    """``runtime`` with the images the tier built and ``imagePullPolicy: Never`` (no registry);
+    nothing else changed."""
+    runtime = copy.deepcopy(runtime)
+    for pod in _pod_specs(runtime).values():
+        for c in [*pod.get("initContainers", []), *pod.get("containers", [])]:
+            c["image"] = IMAGE_MAP.get(c["image"], c["image"])
+            c["imagePullPolicy"] = "Never"
+    return runtime
+
+
+def hold_back(runtime: dict[str, Any], node: int, seconds: int) -> dict[str, Any]:
+    """Node ``node`` starts its sshd ``seconds`` late: an initContainer that sleeps stands for its
+    image pull. The nodes are the pods of one Job (``<trainjob>-node-0-<i>``, one template), so
+    it sleeps by the pod's hostname, as mpijob.hold_back does for MPIJob workers."""
+    runtime = copy.deepcopy(runtime)
+    pod = _pod_specs(runtime)["node"]
+    image = pod["containers"][0]["image"]
+    pod.setdefault("initContainers", []).insert(0, {
+        "name": "image-pull",
+        "image": image,
+        "imagePullPolicy": "Never",
+        "command": ["sh", "-c", f'case "$(hostname)" in *-node-0-{node}) sleep {seconds};; esac'],
+    })  # fmt: skip
+    return runtime
+
+
+class TrainJobs(Jobs):
+    """One namespace of a Cluster running JobSet and Trainer, for one test."""
+
+    def condition(self, job: str) -> str | None:
+        """ "Complete" or "Failed" once the TrainJob has finished, else None."""
+        status = self.get("trainjob", job).get("status", {})
+        for c in status.get("conditions", []):
+            if c["type"] in ("Complete", "Failed") and c["status"] == "True":
+                return str(c["type"])
+        return None
+
+    def launcher_pods(self, job: str) -> list[dict[str, Any]]:
+        return self.pods(f"{JOBSET}={job},{RJOB}=launcher")
+
+    def worker_pods(self, job: str) -> list[dict[str, Any]]:
+        return self.pods(f"{JOBSET}={job},{RJOB}=node")
+
+    def launcher_job(self, job: str) -> dict[str, Any]:
+        got = self.get("job", f"{job}-launcher-0")
+        assert isinstance(got, dict)
+        return got
+
+    def describe(self, job: str) -> str:
+        said = [self.kubectl("get", "trainjob,jobset", "-o", "wide", check=False).stdout]
+        said.append(self.kubectl("get", "trainjob", job, "-o", "yaml", check=False).stdout)
+        for pod in self.worker_pods(job):
+            name = pod["metadata"]["name"]
+            said.append(f"--- {name}\n{self.logs(name, 'node')[-2000:]}")
+        return "\n".join(said) + "\n" + super().describe(job)
+
+
+__all__ = ["TrainJobs", "as_deployed", "hold_back", "load_runtime_and_job"]
