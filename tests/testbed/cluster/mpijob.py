@@ -81,9 +81,10 @@ class Jobs:
         self.cluster = cluster
         self.ns = namespace
         self.kubectl("create", "namespace", namespace, namespaced=False)
+        # --for=create: the ServiceAccount controller makes "default" a moment after the
+        # namespace, and any other condition fails at once (NotFound) if it is not there yet.
         self.cluster.kubectl(
-            "wait", "--for=jsonpath={.metadata.name}=default", "-n", namespace,
-            "serviceaccount/default", "--timeout=60s",
+            "wait", "--for=create", "-n", namespace, "serviceaccount/default", "--timeout=60s",
         )  # fmt: skip
 
     def kubectl(self, *args: str, namespaced: bool = True, **kw: Any) -> Any:
