@@ -6,13 +6,16 @@ session's counts, so that concurrent sessions on the same machine (and their liv
 alone: namespaces and links named like a bed (``<prefix><base-36 owner pid>-<n>...``, the
 convention of TestBed, ManyHosts and scripts/demo) whose owner is this process or is gone,
 mounts under this session's directories, and processes whose command line points into this
-session's temporary directory or that carry the tag of one of this process's beds or engines
-(containers.Engine tags its containerd and dockerd; the shims and the containers' processes are
-their descendants). A dockerd of ours still running is asked for its containers, so they are
-named; mounts under the engines' shared data root (containers.CACHE) count as ours while no
-dockerd of another session uses it; iptables rules count as ours when their comment carries the
-tag of one of this process's engines (containers.RULE_TAG), so a host's own rules and chains
-(a stock Docker's DOCKER* chains, its DROP policy) and other sessions' rules are left alone.
+session's temporary directory (and that share this process's root or descend from it: a session
+run under chroot, as tests/pythons runs one, has a /tmp/pytest-of-root/pytest-0 of its own, whose
+name the host's session may have as well) or that carry the tag of one of this process's beds or
+engines (containers.Engine tags its containerd and dockerd; the shims and the containers'
+processes are their descendants). A dockerd of ours still running is asked for its containers,
+so they are named; mounts under the engines' shared data root (containers.CACHE) count as ours
+while no dockerd of another session uses it; iptables rules count as ours when their comment
+carries the tag of one of this process's engines (containers.RULE_TAG), so a host's own rules
+and chains (a stock Docker's DOCKER* chains, its DROP policy) and other sessions' rules are left
+alone.
 """
 
 from __future__ import annotations
@@ -137,6 +140,15 @@ def _proc_cmdline(pid: int) -> str | None:
     return raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")
 
 
+def _root_of(pid: int) -> tuple[int, int] | None:
+    """The (device, inode) of ``pid``'s root directory, None if it cannot be read."""
+    try:
+        st = os.stat(f"/proc/{pid}/root")
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
+
+
 def _proc_tagged(pid: int, tags: Sequence[bytes]) -> bool:
     try:
         env = b"\0" + Path(f"/proc/{pid}/environ").read_bytes()
@@ -156,6 +168,8 @@ def find(base: Baseline, me: int | None = None) -> Leftovers:
     ]
     tags += [f"\0{_sys.ENV_TAG}={b}".encode() for b in beds]
     protected = _sys.ancestors()
+    my_root = _root_of(os.getpid())
+    mine = set(_descendants({me}))  # what it started in roots of their own (Release.run)
     pids = []
     running: list[str] = []
     for entry in os.scandir("/proc"):
@@ -165,7 +179,8 @@ def find(base: Baseline, me: int | None = None) -> Leftovers:
         cmd = _proc_cmdline(pid)
         if cmd is None:
             continue
-        if any(r in cmd + "/" for r in roots) or _proc_tagged(pid, tags):
+        by_path = any(r in cmd + "/" for r in roots) and (pid in mine or _root_of(pid) == my_root)
+        if by_path or _proc_tagged(pid, tags):
             pids.append((pid, cmd[:300]))
             running += _containers_of(cmd)  # the whole command line: --host may come late
     pids += [(pid, _proc_cmdline(pid) or "?") for pid in _descendants({p for p, _ in pids})]
