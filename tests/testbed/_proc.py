@@ -201,11 +201,13 @@ class Proc:
         try:
             out, err = self._communicate(timeout)
         except subprocess.TimeoutExpired:
+            running = still_running(self.proc.pid)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
             out, err = self._communicate(30)
             raise AssertionError(
-                f"still running after {timeout}s\n{shlex.join(self.argv)}\n{out}\n{err}"
+                f"still running after {timeout}s\n{shlex.join(self.argv)}\n{out}\n{err}\n"
+                f"what was running then:\n{running}"
             ) from None
         result = Result(
             self.argv, self.proc.returncode, out, err, time.monotonic() - self.started, self.pid
@@ -214,6 +216,30 @@ class Proc:
         if self.json_log:
             _jsonlog.check(out, err, result)
         return result
+
+
+# An MPI's daemons on the workers: started by sshd, so not in the launcher's process group.
+MPI_DAEMONS = ("prted", "orted", "hydra_pmi_proxy", "pmi_proxy")
+
+
+def still_running(pgid: int) -> str:
+    """The processes of process group ``pgid`` and the MPI daemons anywhere, one "pid ppid
+    state command" line each: where a launch that never ended was stuck."""
+    lines = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry.name}/stat").read_text()
+            raw = Path(f"/proc/{entry.name}/cmdline").read_bytes()
+        except OSError:
+            continue
+        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
+        state, ppid, group = stat.rsplit(")", 1)[1].split()[:3]
+        if int(group) == pgid or comm in MPI_DAEMONS:
+            cmd = raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")[:200]
+            lines.append(f"  {entry.name} {ppid} {state} {cmd or comm}")
+    return "\n".join(lines) or "  nothing"
 
 
 def start(
