@@ -50,15 +50,18 @@ def test_unit_and_integration_tiers_pass_on_the_release_python(
 ) -> None:
     version = pythons.PYTHONS[suite]
     venv = pythons.VENV
-    # The inner session's temporary directory has this one's name, as on a fresh machine (both
-    # /tmp/pytest-of-root/pytest-0): its end-of-session leak check must not take this session's
-    # processes for its own, as it once did (it killed the container tier's dockerd).
-    basetemp = tmp_path_factory.getbasetemp()
     pytest_argv = [f"{venv}/bin/python", "-m", "pytest", "-p", "no:cacheprovider", "-rfEs", *PATHS]
     pytest_argv += [f"--deselect={test}" for test in HOST_ONLY]
-    pytest_argv += [f"--basetemp={basetemp}"]
     install = f"{venv}/bin/pip install --quiet --no-deps --no-build-isolation --no-index -e ."
-    install = f"mkdir -p {basetemp.parent} && {install}"  # --basetemp makes no parents
+    # The inner session's temporary directory has this one's name, as on a fresh machine (both
+    # /tmp/pytest-of-root/pytest-0): its end-of-session leak check must not take this session's
+    # processes for its own, as it once did (it killed the container tier's dockerd). Only under
+    # /tmp, the root's own tmpfs, and not in the checkout (bound into the root): elsewhere the
+    # inner pytest could empty a directory of ours.
+    basetemp = tmp_path_factory.getbasetemp().resolve()
+    if basetemp.is_relative_to("/tmp") and not basetemp.is_relative_to(pythons.REPO.resolve()):
+        pytest_argv += [f"--basetemp={basetemp}"]
+        install = f"mkdir -p {basetemp.parent} && {install}"  # --basetemp makes no parents
     strict = "1" if testbed.strict_mode() else "0"
     ours = subprocess.Popen(
         ["sh", "-c", "sleep 3600; true", str(tmp_path / "a-process-of-the-host-session")],
