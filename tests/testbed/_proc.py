@@ -218,30 +218,6 @@ class Proc:
         return result
 
 
-# An MPI's daemons on the workers: started by sshd, so not in the launcher's process group.
-MPI_DAEMONS = ("prted", "orted", "hydra_pmi_proxy", "pmi_proxy")
-
-
-def still_running(pgid: int) -> str:
-    """The processes of process group ``pgid`` and the MPI daemons anywhere, one "pid ppid
-    state command" line each: where a launch that never ended was stuck."""
-    lines = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry.name}/stat").read_text()
-            raw = Path(f"/proc/{entry.name}/cmdline").read_bytes()
-        except OSError:
-            continue
-        comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        state, ppid, group = stat.rsplit(")", 1)[1].split()[:3]
-        if int(group) == pgid or comm in MPI_DAEMONS:
-            cmd = raw.rstrip(b"\0").replace(b"\0", b" ").decode(errors="replace")[:200]
-            lines.append(f"  {entry.name} {ppid} {state} {cmd or comm}")
-    return "\n".join(lines) or "  nothing"
-
-
 def start(
     ctx: Any,
     args: Sequence[str],
@@ -327,6 +303,25 @@ def related_pids(pid: int) -> list[int]:
         if pgrp == pid or ppid == pid:
             out.append(int(entry.name))
     return out
+
+
+# An MPI's daemons on the workers: started by sshd, so not in the launcher's process group.
+MPI_DAEMONS = ("prted", "orted", "hydra_pmi_proxy", "pmi_proxy")
+
+
+def still_running(pgid: int) -> str:
+    """The processes of process group ``pgid`` and the MPI daemons anywhere, one "pid ppid
+    state command" line each: where a launch that never ended was stuck."""
+    lines = []
+    for entry in os.scandir("/proc"):
+        f = _stat_fields(int(entry.name)) if entry.name.isdigit() else None
+        if f is None:
+            continue
+        argv = cmdline(int(entry.name)).rstrip(b"\0").split(b"\0")
+        if int(f[2]) == pgid or os.path.basename(argv[0]).decode(errors="replace") in MPI_DAEMONS:
+            cmd = b" ".join(argv).decode(errors="replace")[:200]
+            lines.append(f"  {entry.name} {f[1]} {f[0]} {cmd}")
+    return "\n".join(lines) or "  nothing"
 
 
 def alive(pid: int) -> bool:
