@@ -673,14 +673,17 @@ def test_json_waiting_record_is_bounded_at_1000_hosts() -> None:
 # --- the --dry-run plan (stdout) -------------------------------------------------------------
 
 
-def plan(tmp_path: Path, config: str, **settings: object) -> list[str]:
-    from mpiwait.cli import resolve
+def plan(tmp_path: Path, config: str, *options: str) -> list[str]:
+    from mpiwait.cli import parse
     from mpiwait.modes.dry_run import host_plans
-    from mpiwait.settings import Settings
 
     cfg = tmp_path / "ssh_config"
     cfg.write_text(config)
-    run = resolve(Settings(ssh_config=cfg, **settings))  # type: ignore[arg-type]
+    with pytest.MonkeyPatch.context() as env:  # the options given here, none from MPIWAIT_*
+        for name in [n for n in os.environ if n.startswith("MPIWAIT_")]:
+            env.delenv(name)
+        run = parse(["-F", str(cfg), *options])
+    assert not isinstance(run, int), run
     out = io.StringIO()
     print_plan(host_plans(run, ("w1",)), ("--hosts (2 hosts)",), ("launcher",), out)
     return out.getvalue().splitlines()
@@ -711,4 +714,4 @@ def test_plan_says_when_no_config_key_exists(tmp_path: Path) -> None:
 def test_plan_shows_a_key_named_with_i_even_if_missing(tmp_path: Path) -> None:
     # A key the user named must exist; the plan shows it, and the run will say it is missing.
     missing = tmp_path / "id_named"
-    assert f"identity={missing} " in plan(tmp_path, "", identity_files=(missing,))[-1]
+    assert f"identity={missing} " in plan(tmp_path, "", "-i", str(missing))[-1]
