@@ -26,6 +26,7 @@ from click.testing import CliRunner
 import mpiwait
 import mpiwait.cli as cli
 import mpiwait.modes.wait as run_module
+import mpiwait.modes.waiting as waiting_module
 from mpiwait.errors import ExitCode, InputError, Interrupted, LaunchError, PermanentError
 from mpiwait.probe.outcome import Stage
 from mpiwait.settings import (
@@ -726,7 +727,7 @@ def _no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("must not get this far")
 
     monkeypatch.setattr(run_module.HostSources, "from_options", fail)
-    monkeypatch.setattr(run_module, "_wait", fail)
+    monkeypatch.setattr(waiting_module, "_wait", fail)
 
 
 def test_worker_without_command_exits_0_at_once(
@@ -801,7 +802,7 @@ def test_launcher_waits_as_usual(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], role: str
 ) -> None:
     stub = WaitStub(End.READY)
-    monkeypatch.setattr(run_module, "_wait", stub)
+    monkeypatch.setattr(waiting_module, "_wait", stub)
     assert run(parse("--hosts", "w1,w2", "--check", "tcp"), {ROLE: role}) == ExitCode.OK
     assert stub.calls == [("w1", "w2")]
     err = capsys.readouterr().err
@@ -817,9 +818,9 @@ def test_launcher_execs_the_command_after_the_wait(monkeypatch: pytest.MonkeyPat
         order.append("wait")
         return stub(*args)
 
-    monkeypatch.setattr(run_module, "_wait", wait)
+    monkeypatch.setattr(waiting_module, "_wait", wait)
     monkeypatch.setattr(
-        run_module, "exec_command", lambda argv, env=None: order.append(f"exec {argv}")
+        waiting_module, "exec_command", lambda argv, env=None: order.append(f"exec {argv}")
     )
     assert run(parse("--hosts", "w1", "--check", "tcp", "sh", "-c", "true"), {}) == ExitCode.OK
     assert order == ["wait", "exec ('sh', '-c', 'true')"]
@@ -840,8 +841,10 @@ def test_failed_wait_status_and_termination_log(
     signal_name: str | None,
     status: int,
 ) -> None:
-    monkeypatch.setattr(run_module, "_wait", WaitStub(end, signal_name))
-    monkeypatch.setattr(run_module, "exec_command", lambda argv: pytest.fail("exec after failure"))
+    monkeypatch.setattr(waiting_module, "_wait", WaitStub(end, signal_name))
+    monkeypatch.setattr(
+        waiting_module, "exec_command", lambda argv: pytest.fail("exec after failure")
+    )
     log = tmp_path / "termination-log"
     log.touch()
     resolved = default(
@@ -861,7 +864,7 @@ def test_failed_wait_status_and_termination_log(
 def test_dry_run_skips_the_command_check_and_the_wait(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(run_module, "_wait", WaitStub(End.TIMEOUT))
+    monkeypatch.setattr(waiting_module, "_wait", WaitStub(End.TIMEOUT))
     resolved = parse("--hosts", "w1", "--check", "tcp", "--dry-run", "mpiwait-no-such-cmd")
     assert run(resolved, {}) == ExitCode.OK
     assert "w1 address=w1 port=22" in capsys.readouterr().out
@@ -872,7 +875,7 @@ def test_dry_run_skips_the_command_check_and_the_wait(
 
 def test_no_host_source(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     _no_wait = WaitStub(End.READY)
-    monkeypatch.setattr(run_module, "_wait", _no_wait)
+    monkeypatch.setattr(waiting_module, "_wait", _no_wait)
     # Not named by the user (the defaults elsewhere): missing files are skipped, not errors.
     resolved = default(
         {
@@ -906,7 +909,7 @@ def test_no_host_source_with_the_defaults_subprocess() -> None:
 
 
 def test_malformed_hostfile_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(run_module, "_wait", WaitStub(End.READY))
+    monkeypatch.setattr(waiting_module, "_wait", WaitStub(End.READY))
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("good slots=2\nbad slots=many\n")
     with pytest.raises(InputError) as info:
@@ -996,7 +999,7 @@ def test_missing_ssh_client_warns_where_unsure(
     deepspeed.write_text("#!/bin/sh\n")
     deepspeed.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(run_module, "_wait", WaitStub(End.TIMEOUT))
+    monkeypatch.setattr(waiting_module, "_wait", WaitStub(End.TIMEOUT))
     resolved = default(
         {
             "sources.hosts_option": "w1",

@@ -9,7 +9,7 @@ import gc
 
 import pytest
 
-from mpiwait.modes.wait import _collector_for_logins
+from mpiwait.modes.waiting import _collector_for_logins
 
 
 def test_collector_tuned_during_the_wait_and_restored_after() -> None:
