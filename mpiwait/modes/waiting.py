@@ -5,7 +5,6 @@ or leaves the summary in the termination log and returns the exit status."""
 from __future__ import annotations
 
 import contextlib
-import gc
 from collections.abc import Callable, Collection, Iterator, Mapping
 
 from mpiwait.errors import ExitCode, interrupted_status
@@ -62,8 +61,7 @@ def wait_then_exec(
             return prober.attempt(host, name_only=reader.skips_login(host))
 
         listeners = _listeners(kept, pacer, prober)
-        with _collector_for_logins():
-            result = _wait(run, reader, first.waited, attempt, reporter, inbox, kept, listeners)
+        result = _wait(run, reader, first.waited, attempt, reporter, inbox, kept, listeners)
     reporter(result)
     if result.end is End.READY:
         _exec_or_advise(run, environ, launch, result, reader.is_self, reporter)
@@ -166,28 +164,6 @@ def _listeners(
     if kept is None:
         return lambda hosts: ()
     return listener_check(kept, pacer, lambda host: prober.timeout_for(prober.target(host)))
-
-
-@contextlib.contextmanager
-def _collector_for_logins() -> Iterator[None]:
-    """The cyclic garbage collector tuned for a wait of many logins, restored afterwards.
-
-    Everything loaded before the wait (modules, config, keys) lives until exec: freezing it
-    keeps the collector from scanning it again and again while thousands of logins allocate.
-    Every finished login leaves a cycle (paramiko's Transport, its thread, auth handler and
-    saved exception refer to each other) that reaches the oldest generation before it dies;
-    with the old objects frozen a full collection only walks what the wait itself made, so it
-    is cheap to run one after every second collection of the middle generation
-    (docs/design-decisions.md).
-    """
-    thresholds = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(thresholds[0], thresholds[1], 1)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*thresholds)
-        gc.unfreeze()
 
 
 def _wait(

@@ -779,6 +779,18 @@ def test_worker_subprocess_without_command() -> None:
     assert proc.stderr == "mpiwait: K_MPI_JOB_ROLE=worker: nothing to wait for\n"
 
 
+def test_worker_loads_neither_the_probes_nor_the_loop() -> None:
+    """A worker pod's COMMAND is often the sshd the launcher waits for: it starts at once."""
+    code = (
+        "import sys, mpiwait.cli as c; "
+        "status = c.run_mode(c.parse(['-q']), {'K_MPI_JOB_ROLE': 'worker'}); "
+        "heavy = [m for m in ('mpiwait.modes.waiting', 'mpiwait.probe.attempt', "
+        "'mpiwait.wait.loop', 'mpiwait.launch.handover', 'paramiko', 'tenacity') "
+        "if m in sys.modules]; print(status, heavy)"
+    )
+    assert _last_line_of_python(code) == "0 []"
+
+
 # --- run(): the launcher waits -------------------------------------------------------------
 
 
