@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,8 @@ import click
 import pytest
 import testbed
 from click.testing import CliRunner
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import mpiwait
 import mpiwait.cli as cli
@@ -606,8 +609,6 @@ def test_every_bad_input_in_a_subprocess_is_exit_2_and_one_line() -> None:
 
 
 def _installed(name: str) -> str:
-    from importlib import metadata
-
     return metadata.version(name)
 
 
@@ -1111,9 +1112,6 @@ def test_main_exits_124_when_the_deadline_passes(
 ) -> None:
     # The real run, no stub: a loopback port that refuses, a 1 s deadline. Its 124 (and not
     # the COMMAND) must come out of main(), after the summary.
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
     key = tmp_path / "id_ed25519"
     key.write_bytes(
         Ed25519PrivateKey.generate().private_bytes(
