@@ -236,7 +236,7 @@ _APT = {  # program -> (Debian package, what it is)
     "debootstrap": ("debootstrap", "debootstrap (Debian base images without a registry)"),
     "chroot": ("coreutils", "chroot"),
     "tar": ("tar", "tar"),
-    "git": ("git", "git (scripts/build-image and build-dist read the commit)"),
+    "git": ("git", "git (build-image and build-dist read the commit, check-commits the log)"),
     "shellcheck": ("shellcheck", "ShellCheck (actionlint checks the workflows' run: steps)"),
     "update-binfmts": ("binfmt-support", "binfmt-support's update-binfmts"),
     "ctr": ("containerd", "containerd's ctr (the cluster tier imports its images with it)"),
