@@ -50,7 +50,7 @@ ARM64_IMAGE = f"{MPIWAIT_IMAGE}-arm64"
 ARM64_BASE = "mpiwait-tests/debian-arm64:bookworm-slim"
 BUNDLE_LIMIT = 60 * 1024 * 1024
 
-pytestmark = [pytest.mark.container, pytest.mark.slow, testbed.needs("containers")]
+pytestmark = [pytest.mark.containers, pytest.mark.slow, testbed.needs("containers")]
 
 # mpi-operator's mpi-pi:mpich as far as mpiwait and mpirun can tell (on bullseye's MPICH).
 OPERATOR_PI_DOCKERFILE = containers.operator_pi_dockerfile("bullseye", "mpich")
