@@ -69,13 +69,8 @@ def hold_back(runtime: dict[str, Any], node: int, seconds: int) -> dict[str, Any
 class TrainJobs(Jobs):
     """One namespace of a Cluster running JobSet and Trainer, for one test."""
 
-    def condition(self, job: str) -> str | None:
-        """ "Complete" or "Failed" once the TrainJob has finished, else None."""
-        status = self.get("trainjob", job).get("status", {})
-        for c in status.get("conditions", []):
-            if c["type"] in ("Complete", "Failed") and c["status"] == "True":
-                return str(c["type"])
-        return None
+    KIND = "trainjob"
+    SUCCEEDED = "Complete"
 
     def launcher_pods(self, job: str) -> list[dict[str, Any]]:
         return self.pods(f"{JOBSET}={job},{RJOB}=launcher")
