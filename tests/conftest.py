@@ -15,8 +15,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import testbed
 from testbed import leaks
 
-# No per-example deadline: on a loaded 2-core machine hypothesis's 200 ms default failed a
-# property test that has nothing to do with time (test_duplicates_collapse_to_the_first).
+# No per-example deadline: the property tests check logic, not time, and a loaded 2-core
+# machine can exceed hypothesis's 200 ms default on any of them.
 hypothesis_settings.register_profile("mpiwait", deadline=None)
 hypothesis_settings.load_profile("mpiwait")
 

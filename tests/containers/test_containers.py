@@ -436,8 +436,8 @@ def test_plain_docker_build_of_the_dockerfile(engine, builder):
     """`docker build .` as anyone (and most CI pipelines) runs it first: no build arguments,
     not through scripts/build-image (only --network host, as this engine has no bridge), with
     the classic builder and with BuildKit (the daemon's own, which Debian's docker CLI 20.10
-    uses under DOCKER_BUILDKIT=1; a newer CLI would want buildx). Its empty SOURCE_DATE_EPOCH
-    once ended the wheel build in a traceback."""
+    uses under DOCKER_BUILDKIT=1; a newer CLI would want buildx). Its SOURCE_DATE_EPOCH is
+    empty, which make-bundle must unset: the wheel build parses whatever is set as a number."""
     engine.debian_base("bookworm")
     plain = f"mpiwait-tests/plain-build:{builder}"
     if builder == "classic":
