@@ -186,12 +186,9 @@ def _namespaces() -> Found | str:
 
 
 def _loopback() -> Found | str:
-    try:
-        with socket.socket() as s:
-            s.bind(("127.0.0.2", 0))
-    except OSError as exc:
-        return f"cannot bind 127.0.0.2 ({exc})"
-    return Found("loopback")
+    from ._lab import loopback_problem
+
+    return loopback_problem() or Found("loopback")
 
 
 def _overlayfs() -> Found | str:

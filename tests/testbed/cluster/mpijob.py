@@ -87,6 +87,10 @@ class Jobs:
 
     KIND = "mpijob"  # the job's resource, as kubectl names it
     SUCCEEDED = "Succeeded"  # the condition of a job that succeeded
+    # A job's launcher and worker pods (label selectors) and its launcher's Job, for ``job``.
+    LAUNCHER_PODS = f"{LAUNCHER},training.kubeflow.org/job-name={{job}}"
+    WORKER_PODS = f"{WORKER},training.kubeflow.org/job-name={{job}}"
+    LAUNCHER_JOB = "{job}-launcher"
 
     def __init__(self, cluster: Cluster, namespace: str) -> None:
         self.cluster = cluster
@@ -147,13 +151,13 @@ class Jobs:
         return sorted(items, key=lambda p: p["metadata"]["creationTimestamp"])
 
     def launcher_pods(self, job: str) -> list[dict[str, Any]]:
-        return self.pods(f"{LAUNCHER},training.kubeflow.org/job-name={job}")
+        return self.pods(self.LAUNCHER_PODS.format(job=job))
 
     def worker_pods(self, job: str) -> list[dict[str, Any]]:
-        return self.pods(f"{WORKER},training.kubeflow.org/job-name={job}")
+        return self.pods(self.WORKER_PODS.format(job=job))
 
     def launcher_job(self, job: str) -> dict[str, Any]:
-        got = self.get("job", f"{job}-launcher")
+        got = self.get("job", self.LAUNCHER_JOB.format(job=job))
         assert isinstance(got, dict)
         return got
 

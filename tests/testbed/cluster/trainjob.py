@@ -71,17 +71,9 @@ class TrainJobs(Jobs):
 
     KIND = "trainjob"
     SUCCEEDED = "Complete"
-
-    def launcher_pods(self, job: str) -> list[dict[str, Any]]:
-        return self.pods(f"{JOBSET}={job},{RJOB}=launcher")
-
-    def worker_pods(self, job: str) -> list[dict[str, Any]]:
-        return self.pods(f"{JOBSET}={job},{RJOB}=node")
-
-    def launcher_job(self, job: str) -> dict[str, Any]:
-        got = self.get("job", f"{job}-launcher-0")
-        assert isinstance(got, dict)
-        return got
+    LAUNCHER_PODS = f"{JOBSET}={{job}},{RJOB}=launcher"
+    WORKER_PODS = f"{JOBSET}={{job}},{RJOB}=node"
+    LAUNCHER_JOB = "{job}-launcher-0"
 
     def describe(self, job: str) -> str:
         said = [self.kubectl("get", "trainjob,jobset", "-o", "wide", check=False).stdout]
