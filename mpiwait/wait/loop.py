@@ -1,24 +1,11 @@
 """The waiting loop: which host to probe when, until all are ready or the deadline passes.
 
-It knows nothing about what a probe does (it gets Outcome values back) nor how events are
-shown (it hands them to ``emit``). Time and concurrency come in through a Runner, so the whole
-loop runs in unit tests against a fake clock, hundreds of rounds in milliseconds.
-
-Per host: a delay from the moment an attempt ends, chosen by a Schedule (wait/schedule.py) that
-shares the probe budget among the hosts still missing. Across hosts: at most ``parallel``
-attempts in flight and at most ``probe_rate`` started in any one-second window (wait/runner.py),
-so a thousand unready workers do not turn into a flood of DNS queries.
-
-A host that has passed stays fresh while others are missing (docs/how-it-works.md): the runner
-reports the end of the connection kept from its login (a host event), and the host is checked
-again at once; and it is checked again ``recheck_after`` / 2 to ``recheck_after`` after each
-pass, within the same limits, while it still counts as ready. One that fails goes back to
-waiting. Before the wait ends with every host ready, those that hold no kept connection and
-passed longer than ``recheck_after`` ago are checked once more, and must pass; then the
-listener of each host that holds one and passed (or had its listener checked) more than
-LISTENER_CHECK_AFTER ago is tried (probe/listeners.py), since an sshd that stops listening
-leaves its sessions, and so the kept connection, alive: one that does not accept is checked
-again in full, like a host whose kept connection ended.
+It knows nothing of what a probe does (it gets Outcome values back) nor how events are shown
+(it hands them to ``emit``). Time and concurrency come in through a Runner, so that the unit
+tests run it on a fake clock. Per host, the next attempt is the Schedule's (wait/schedule.py);
+across hosts, ``parallel`` in flight and ``probe_rate`` starts a second bound them all. A host
+that passed is checked again while others are missing, and before the wait ends
+(docs/how-it-works.md, "Fresh at the launch").
 """
 
 from __future__ import annotations
