@@ -15,7 +15,7 @@ import math
 import random
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from mpiwait.errors import Interrupted
 from mpiwait.probe.outcome import Outcome, Reason, Stage, Status
@@ -33,9 +33,7 @@ from mpiwait.wait.events import (
     WaitResult,
 )
 from mpiwait.wait.runner import ConnectionLost, HostEvent, StartWindow
-
-if TYPE_CHECKING:  # tenacity is imported at the first failed attempt: a quick start needs none
-    from mpiwait.wait.schedule import HostRetryState, Schedule
+from mpiwait.wait.schedule import Schedule
 
 
 class Runner(Protocol):
@@ -69,8 +67,6 @@ class _Track:
     due_seq: int = 0  # its live entry in the heap (others are left behind by a reschedule)
     local_address: str = ""  # this machine's end of its last passing connection
     rejected: Outcome | None = None  # the last rejected login of the current streak
-    # its state under the retry policy (wait/schedule.py), from its first failed attempt
-    retry: HostRetryState | None = None
 
     def state(self) -> HostState:
         return HostState(
@@ -83,14 +79,13 @@ class _Loop:
     policy: WaitPolicy
     runner: Runner
     emit: Callable[[Event], None]
-    make_schedule: Callable[[], Schedule]
     started: float
     rng: random.Random
     holds_connection: Callable[[str], bool]  # whether a host holds a kept connection
     # the listeners of these hosts tried: those that did not accept
     listeners: Callable[[Collection[str]], Collection[str]]
     tracks: dict[str, _Track] = field(default_factory=dict)
-    _schedule_made: Schedule | None = None
+    schedule: Schedule = field(init=False)
     due: list[tuple[float, int, str]] = field(default_factory=list)  # heap of idle hosts
     seq: int = 0
     ready: int = 0
@@ -98,6 +93,14 @@ class _Loop:
     # a re-check round ends the wait when nobody failed it; a host lost in it waits again, and
     # its return starts a new round (else a short bound would re-check the re-checked forever)
     round_clean: bool | None = None  # None: no round yet
+
+    def __post_init__(self) -> None:
+        budget = self.policy.budget
+        self.schedule = Schedule(self.policy.retry, budget.rate, self.missing, self.rng)
+
+    def missing(self) -> int:
+        """Hosts not counted as ready."""
+        return len(self.tracks) - self.ready
 
     def add(self, hosts: tuple[str, ...], at: float) -> tuple[str, ...]:
         new = tuple(h for h in hosts if h not in self.tracks)
@@ -191,20 +194,10 @@ class _Loop:
             track.rejected = None
         if changed:
             self.emit(HostChanged(track.state(), now - self.started))
-        schedule = self._schedule_made
-        if schedule is None:
-            schedule = self._schedule_made = self.make_schedule()
-        if track.retry is None:
-            track.retry = schedule.state(track.since)
-        wait = schedule.next_delay(
-            track.retry,
-            outcome,
-            attempts=track.attempts,
-            now=now,
-            since=track.since,
-            missing=len(self.tracks) - self.ready,
+        wait = self.schedule.next_delay(
+            outcome, attempts=track.attempts, now=now, since=track.since
         )
-        if wait is not None:  # None: the deadline comes first
+        if wait is not None:  # None: tenacity's policy does not retry it
             # an attempt that sshd charged to our address: no sooner than its account allows
             self._schedule(host, now + max(wait, outcome.pace))
         return None
@@ -318,13 +311,7 @@ def wait_for_hosts(
     start = runner.now()
     deadline = start + policy.timeout if policy.timeout > 0 else math.inf
     rng = rng or random.Random()
-
-    def make_schedule() -> Schedule:
-        from mpiwait.wait.schedule import Schedule
-
-        return Schedule(policy.retry, policy.budget.rate, rng, deadline=deadline)
-
-    loop = _Loop(policy, runner, emit, make_schedule, start, rng, holds_connection, listeners)
+    loop = _Loop(policy, runner, emit, start, rng, holds_connection, listeners)
     loop.add(first, start)
     next_reread = start + policy.reread_interval
     next_status = start + policy.status_interval
