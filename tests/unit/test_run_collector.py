@@ -1,7 +1,7 @@
-"""The garbage collector's tuning for a wait (run._collector_for_logins) is undone afterwards:
-run() is also called in-process (the CLI tests do), where a frozen heap or a changed threshold
-would outlive the wait. What it saves is measured in benchmarks/
-(scenario 2's peak RSS), not here."""
+"""The garbage collector's tuning for a wait (modes/wait.py's _collector_for_logins) is undone
+afterwards: wait_and_exec() is also called in-process (the CLI tests do), where a frozen heap or
+a changed threshold would outlive the wait. What it saves is measured in benchmarks/ (scenario
+2's peak RSS), not here."""
 
 from __future__ import annotations
 
