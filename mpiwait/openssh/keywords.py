@@ -399,12 +399,18 @@ TABLE: dict[str, Keyword] = {
             "forwardx11 forwardx11trusted gatewayports exitonforwardfailure "
             "passwordauthentication kbdinteractiveauthentication "
             "challengeresponseauthentication tisauthentication hostbasedauthentication "
-            "batchmode checkhostip tcpkeepalive keepalive nohostauthenticationforlocalhost "
+            "batchmode checkhostip nohostauthenticationforlocalhost "
             "clearallforwardings enablesshkeysign identitiesonly hashknownhosts "
             "permitlocalcommand visualhostkey proxyusefdpass canonicalizefallbacklocal "
             "streamlocalbindunlink",
             YES_NO,
             VALUE_CHECKED,
+        ),
+        *_rows(
+            "tcpkeepalive keepalive",
+            YES_NO,
+            VALUE_CHECKED,
+            changed=(((10, 6), _flag("transport", "all")),),
         ),
         *_rows(
             "gssapiauthentication gssapidelegatecredentials",
