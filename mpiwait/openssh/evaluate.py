@@ -97,6 +97,9 @@ class _Pass:
     host: str  # what Host patterns and "Match host" see
     original: str  # the name as given
     final: bool
+    # The read at load time, for no host: values are checked per host later, and Include names
+    # that depend on the host are not known.
+    load: bool = False
     want_final: bool = False
 
 
@@ -127,7 +130,7 @@ class Evaluator:
         self.files_read: list[str] = []
         self.sets_host_key_policy = False
         # Read everything once now, as ssh would for any host: a bad line anywhere fails here.
-        self._run_pass(_Pass(host="\0", original="\0", final=False), Options(), dry=True)
+        self._run_pass(_Pass(host="", original="", final=False, load=True), Options())
         if not tolerant:
             self._refuse_unknown_keywords()
 
@@ -195,15 +198,14 @@ class Evaluator:
 
     # -- the passes ----------------------------------------------------------------------------
 
-    def _run_pass(self, p: _Pass, opts: Options, *, dry: bool = False) -> None:
+    def _run_pass(self, p: _Pass, opts: Options) -> None:
         for root in self._roots:
             lines = self._lines(root.path, check_perms=root.check_perms)
             if lines is None:
                 if root.required:
                     raise InputError(f"cannot read ssh config {root.path}")
                 continue
-            active = [True]
-            self._run_file(lines, root.user_scope, p, opts, active, depth=0, never=dry)
+            self._run_file(lines, root.user_scope, p, opts, depth=0, never=p.load)
 
     def _run_file(
         self,
@@ -211,38 +213,33 @@ class Evaluator:
         user_scope: bool,
         p: _Pass,
         opts: Options,
-        active: list[bool],
         *,
         depth: int,
         never: bool,
     ) -> None:
+        """One file's lines; ``never``: none applies (an Include in a block that does not, or
+        the load-time read). A file starts active; an included one cannot change the block
+        state of the file that includes it (ssh restores it)."""
+        active = not never
         for line in lines:
             kw = line.keyword
             if kw == "host":
-                active[0] = False if never else _host_matches(p.host, line.args)
+                active = not never and _host_matches(p.host, line.args)
             elif kw == "match":
                 matched = self._match(line, p, opts, execute=not never)
-                active[0] = False if never else matched
+                active = not never and matched
             elif kw == "include":
-                self._include(line, user_scope, p, opts, active, depth=depth, never=never)
+                self._include(line, user_scope, p, opts, depth=depth, never=not active)
             else:
-                self._option(line, opts, active[0] and not never, user_scope, check=p.host != "\0")
+                self._option(line, opts, active, user_scope, check=not p.load)
 
     def _include(
-        self,
-        line: Line,
-        user_scope: bool,
-        p: _Pass,
-        opts: Options,
-        active: list[bool],
-        *,
-        depth: int,
-        never: bool,
+        self, line: Line, user_scope: bool, p: _Pass, opts: Options, *, depth: int, never: bool
     ) -> None:
         for arg in line.args:
             if self.rules.expands_include and ("%" in arg or "${" in arg):
-                if p.host == "\0":
-                    continue  # the load-time read: the names depend on the host
+                if p.load:
+                    continue  # the names depend on the host
                 try:
                     arg = self._include_path(arg, p, opts)
                 except ValueError:
@@ -252,7 +249,6 @@ class Evaluator:
             if not os.path.isabs(arg) and not arg.startswith("~"):
                 arg = ("~/.ssh/" if user_scope else self._system_dir + "/") + arg
             pattern = _glob_tilde(arg, self._local.glob_home)
-            was_active = active[0]
             for path in self._glob(pattern):
                 if depth + 1 > MAX_INCLUDE_DEPTH:
                     raise InputError(
@@ -264,17 +260,7 @@ class Evaluator:
                     if not os.path.exists(path):
                         continue  # a dangling link: ssh skips it (ENOENT)
                     raise InputError(f"{line.where}: cannot read included file {path}")
-                self._run_file(
-                    lines,
-                    user_scope,
-                    p,
-                    opts,
-                    active,
-                    depth=depth + 1,
-                    never=never or not was_active,
-                )
-                # An included file cannot change the includer's block state.
-                active[0] = was_active
+                self._run_file(lines, user_scope, p, opts, depth=depth + 1, never=never)
 
     def _include_path(self, arg: str, p: _Pass, opts: Options) -> str:
         """expand_match_exec_or_include_path: ${VAR} and %-tokens for this pass's host."""
