@@ -48,7 +48,7 @@ def _fqdn_within(timeout: float) -> list[str]:
     return answer[:1]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SelfNames:
     """The names that mean "this machine", to leave the launcher out of the hosts to wait for."""
 

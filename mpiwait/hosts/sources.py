@@ -40,7 +40,7 @@ NO_SOURCE_HINT = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """What the sources said at one moment."""
 
@@ -59,7 +59,7 @@ class Snapshot:
         return self.names + self.skipped_self
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostSources:
     """Where hosts come from; ``read()`` is called again every second while waiting."""
 

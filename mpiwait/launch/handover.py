@@ -25,7 +25,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
-from typing import NamedTuple
+from dataclasses import dataclass, replace
 
 from mpiwait.launch.launchers import ON_PATH, launcher, starts_no_mpi
 
@@ -53,11 +53,8 @@ _INTEL_FILES = ("impi_info", "hydra_bstrap_proxy")  # Intel's hydra; MPICH's has
 _HYDRA_FILES = ("hydra_pmi_proxy", "mpiexec.hydra")
 
 
-# The value types below are NamedTuples, immutable as frozen dataclasses are and far cheaper to
-# create on every launcher start (docs/performance.md).
-
-
-class Launch(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Launch:
     """The MPI that COMMAND starts, and why mpiwait thinks so."""
 
     mpi: Mpi
@@ -96,7 +93,7 @@ def recognise(
     if launch is None:
         return None
     evidence = f"{launch.launcher} {where}: {found}, {launch.evidence}"
-    return launch._replace(evidence=evidence, via=os.path.basename(argv[0]))
+    return replace(launch, evidence=evidence, via=os.path.basename(argv[0]))
 
 
 def _launcher_on_path(search: str, environ: Mapping[str, str]) -> tuple[str, str] | None:
@@ -177,7 +174,8 @@ def _openmpi_version(dirs: list[str], search: str, evidence: str) -> tuple[Mpi, 
     return Mpi.OPENMPI, evidence
 
 
-class Change(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Change:
     """One variable mpiwait sets in COMMAND's environment, and why (for the log line)."""
 
     name: str
@@ -188,7 +186,8 @@ class Change(NamedTuple):
         return f"launch: {self.name}={self.value} ({self.why})"
 
 
-class Handover(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Handover:
     changes: tuple[Change, ...] = ()
     notes: tuple[str, ...] = ()  # what mpiwait could not do, or chose not to, and why
 
@@ -201,7 +200,8 @@ class Handover(NamedTuple):
         return [c.line() for c in self.changes] + [f"launch: {n}" for n in self.notes]
 
 
-class Interface(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Interface:
     """The interface the probes reached the workers through, or why it is not known."""
 
     name: str | None

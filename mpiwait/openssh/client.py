@@ -16,7 +16,6 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from mpiwait.openssh.keywords import DECIMAL_TIMES, NEWEST, NEWEST_NAME, SUPPORTED
 from mpiwait.settings import SSH_ASK_TIMEOUT
@@ -24,7 +23,8 @@ from mpiwait.settings import SSH_ASK_TIMEOUT
 _VERSION_RE = re.compile(r"OpenSSH_(\d+)\.(\d+)(p\d+)?")
 
 
-class Rules(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Rules:
     """What changed between OpenSSH releases in how a config resolves (readconf.c, ssh.c)."""
 
     version: tuple[int, int]
@@ -81,7 +81,7 @@ class Rules(NamedTuple):
 NEWEST_RULES = Rules(NEWEST, NEWEST_NAME)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Client:
     """The installed ssh (``path`` None: none installed) and the rules mpiwait follows."""
 

@@ -61,7 +61,7 @@ _HOST_KEY_POLICIES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SSHTarget:
     host: str  # the name as listed
     address: str  # HostName (%h expanded), else host; lowercased as ssh does unless an address

@@ -70,7 +70,7 @@ class Options:
     proxy_jump: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Root:
     """A top-level file and how ssh reads it."""
 
@@ -80,7 +80,7 @@ class Root:
     required: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Local:
     """What Match and tokens need to know about this side of the connection."""
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 
 Version = tuple[int, int]
 
@@ -56,50 +57,29 @@ NOT_CHECKED = "not checked"
 READ_PAST = "read past"
 
 
-# Value and Keyword are plain classes: the table is built on every start, and defining a frozen
-# dataclass or a NamedTuple costs far more than a class with __slots__ (docs/performance.md).
-# A row is compared by identity; no two rows share a name.
+@dataclass(frozen=True, slots=True)
 class Value:
     """A value syntax: its kind, the words a flag takes, or a check of the arguments (with the
     most arguments ssh takes), and how the docs name it."""
 
-    __slots__ = ("check", "choices", "kind", "most", "text")
-
-    def __init__(
-        self,
-        kind: str,
-        text: str,
-        choices: tuple[str, ...] = (),
-        check: Callable[[tuple[str, ...]], bool] | None = None,
-        most: int = 1,
-    ) -> None:
-        self.kind = kind
-        self.text = text
-        self.choices = choices
-        self.check = check
-        self.most = most
+    kind: str
+    text: str
+    choices: tuple[str, ...] = ()
+    check: Callable[[tuple[str, ...]], bool] | None = None
+    most: int = 1
 
 
+@dataclass(frozen=True, slots=True)
 class Keyword:
-    __slots__ = ("changed", "follow", "name", "note", "since", "until", "value")
+    """One row of the table: no two rows share a name."""
 
-    def __init__(
-        self,
-        name: str,  # lowercase, as ssh compares it
-        value: Value,  # its syntax from ``since`` on (or from the oldest supported release)
-        follow: str,
-        since: Version | None = None,  # None: before the oldest supported release
-        until: Version | None = None,  # the first release that refuses it
-        changed: tuple[tuple[Version, Value], ...] = (),  # a new syntax from that release on
-        note: str = "",
-    ) -> None:
-        self.name = name
-        self.value = value
-        self.follow = follow
-        self.since = since
-        self.until = until
-        self.changed = changed
-        self.note = note
+    name: str  # lowercase, as ssh compares it
+    value: Value  # its syntax from ``since`` on (or from the oldest supported release)
+    follow: str
+    since: Version | None = None  # None: before the oldest supported release
+    until: Version | None = None  # the first release that refuses it
+    changed: tuple[tuple[Version, Value], ...] = ()  # a new syntax from that release on
+    note: str = ""
 
 
 # -- value checks (readconf.c, misc.c) ---------------------------------------------------------
@@ -107,7 +87,7 @@ class Keyword:
 _INT_RE = re.compile(r"[0-9]+")
 _TIME_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _TIME_PART_RE = re.compile(r"([0-9]+)([smhdwSMHDW]?)")
-_DECIMAL_PART = r"([0-9.]+)([smhdwSMHDW]?)"  # compiled when first used: rarely
+_DECIMAL_PART_RE = re.compile(r"([0-9.]+)([smhdwSMHDW]?)")
 DECIMAL_TIMES = (10, 3)  # convtime accepts a fraction of a second from this release on
 
 
@@ -138,7 +118,7 @@ def _time_parts(part_re: re.Pattern[str], arg: str) -> list[tuple[str, str]] | N
 
 
 def _parse_time_decimal(arg: str) -> int | None:
-    parts = _time_parts(re.compile(_DECIMAL_PART), arg)
+    parts = _time_parts(_DECIMAL_PART_RE, arg)
     if parts is None or not all(_decimal_part_ok(number, unit) for number, unit in parts):
         return None
     if sum(unit in ("", "s") for _, unit in parts) > 1:  # seconds given twice
@@ -345,9 +325,18 @@ _HOST_ALGS = _checked("key algorithms", _algorithms(_KEY_ALGS, wildcards=True))
 _CNAMES_84 = _checked("* or names:names", _cnames(none=False), 1 << 30)
 
 
-def _rows(names: str, value: Value, follow: str, **kw: object) -> list[Keyword]:
+def _rows(
+    names: str,
+    value: Value,
+    follow: str,
+    *,
+    since: Version | None = None,
+    until: Version | None = None,
+    changed: tuple[tuple[Version, Value], ...] = (),
+    note: str = "",
+) -> list[Keyword]:
     """One row for ``names`` (aliases that share it)."""
-    return [Keyword(name, value, follow, **kw) for name in names.split()]  # type: ignore[arg-type]
+    return [Keyword(name, value, follow, since, until, changed, note) for name in names.split()]
 
 
 _D = "Debian's patch"
