@@ -7,6 +7,7 @@ is the container's; nothing of mpiwait stays resident.
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
@@ -159,8 +160,6 @@ def _check_ssh_runs_as(uid: int, launcher: str) -> None:
     """OpenSSH's ssh looks up its own user first and exits ("No user exists for uid N") when
     the uid has no passwd entry, as an arbitrary uid (OpenShift, ``runAsUser``) often has not:
     the hosts would pass mpiwait's probes (paramiko needs no passwd entry) and mpirun fail."""
-    import pwd
-
     try:
         pwd.getpwuid(uid)
     except KeyError:
