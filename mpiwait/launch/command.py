@@ -51,9 +51,8 @@ def find_command(argv: Sequence[str], path: str | None = None) -> str:
     return found
 
 
-# Where a user points a launcher at another remote agent than ssh: Open MPI (4 and 5), MPICH's
-# hydra, Intel MPI's hydra. Each value is a command line ("ssh -F cfg"; Open MPI also takes
-# alternatives separated by ":").
+# Where a user points Open MPI or hydra (MPICH, Intel MPI) at another remote agent than ssh: a
+# command line each ("ssh -F cfg"; Open MPI also takes alternatives separated by ":").
 AGENT_VARIABLES = (
     "OMPI_MCA_plm_rsh_agent",
     "PRTE_MCA_plm_ssh_agent",

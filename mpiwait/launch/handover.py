@@ -1,21 +1,9 @@
-"""What the wait learned, handed to the MPI launch: which MPI COMMAND starts (itself, or as a
-wrapper: a shell, a script, horovodrun), and the environment changes that make its launch work
-where the operators' settings alone do not. Each change is a variable only that MPI reads, so
-COMMAND and whatever it starts before the MPI inherit it harmlessly.
-
-Pure decisions on argv, the environment and a few file names: nothing here starts a process
-or touches the network (recognising the launch is a handful of stat calls, well under a
-millisecond), so it runs on every start without adding to it. The facts behind each change
-are in docs/launch-handover.md:
-
-- hydra (Intel MPI, MPICH) proxies call back to the launcher by its host name, which workers
-  cannot resolve until the launcher pod is Ready; an interface (``I_MPI_HYDRA_IFACE`` /
-  ``HYDRA_IFACE``) makes them call back to that interface's address instead;
-- Open MPI 5 (PRRTE) ignores the ORTE-era ``OMPI_MCA_*`` variables mpi-operator and Trainer
-  set, and runs every rank on the launcher; their PRRTE names work;
-- MPICH reads ``HYDRA_LAUNCHER_EXTRA_ARGS``, the operator sets ``HYDRA_LAUNCH_EXTRA_ARGS``.
-
-What the user set always wins: a variable already set is never changed.
+"""What the wait learned, handed to the MPI launch: which MPI COMMAND starts (itself, or through
+a wrapper: a shell, a script, horovodrun) and the environment changes its launch needs where
+the operators' settings fall short (docs/launch-handover.md). Each change is a variable only
+that MPI reads, so whatever COMMAND starts before it inherits it harmlessly, and a variable the
+user already set is never changed. Pure decisions on argv, the environment and a few file
+names: it must not start a process or touch the network.
 """
 
 from __future__ import annotations
@@ -251,6 +239,8 @@ def plan(
     changes: list[Change] = []
     notes: list[str] = []
     mpi = launch.mpi
+    # hydra's proxies call back to the launcher by its host name, which workers may not resolve
+    # until its pod is Ready: an interface makes them call back to that interface's address.
     if mpi.hydra:
         variable = iface_variable(mpi)
         chosen = _iface_chosen(argv, environ)
@@ -267,6 +257,7 @@ def plan(
             )
         else:
             changes.append(Change(variable, interface.name, interface.why))
+    # mpi-operator sets HYDRA_LAUNCH_EXTRA_ARGS; MPICH reads HYDRA_LAUNCHER_EXTRA_ARGS.
     misnamed = environ.get("HYDRA_LAUNCH_EXTRA_ARGS")
     if mpi is Mpi.MPICH and misnamed is not None and "HYDRA_LAUNCHER_EXTRA_ARGS" not in environ:
         changes.append(

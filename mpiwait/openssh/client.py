@@ -1,11 +1,10 @@
 """The ssh that will run (mpirun's), and the rules of its release that mpiwait resolves by.
 
-Where ``ssh`` is installed, its ``ssh -V`` names the release whose rules the reader follows
-(``Rules.for_version``), and ``ssh -G`` is the authority on what it accepts: distributions
-patch keywords in and out (Debian's GSS-API key exchange, its ``SetupTimeOut`` alias), which no
-table can follow for every build. Where no ``ssh`` is installed (an initContainer image), the
-reader accepts what any supported release accepts and resolves by the newest rules.
-docs/ssh-settings.md says why and what it costs.
+Where ``ssh`` is installed, ``ssh -V`` names the release whose rules the reader follows, and
+``ssh -G`` is the authority on what it accepts: distributions patch keywords in and out
+(Debian's GSS-API key exchange, its ``SetupTimeOut`` alias), which no table can follow for
+every build. With no ``ssh`` (an initContainer image), the reader accepts what any supported
+release accepts and resolves by the newest rules (docs/ssh-settings.md says what that costs).
 """
 
 from __future__ import annotations

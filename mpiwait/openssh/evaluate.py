@@ -1,19 +1,10 @@
-"""Evaluating ssh_config for one destination, in the order OpenSSH's ssh does (``Rules``: what
-changed between releases, from the release of the installed ssh, client.py).
+"""ssh_config evaluated for one destination in the order OpenSSH's ssh does (readconf.c, ssh.c),
+by the rules of the installed ssh's release (``Rules``, client.py).
 
-The rules that matter here (readconf.c, ssh.c):
-
-- files are read top to bottom; the first value of an option wins; ``Host`` and ``Match`` open
-  a block whose lines apply only when it matches, judged with the values known *at that line*;
-- ``Host`` patterns compare case-sensitively with the name as given (on the final pass, with
-  the lowercased HostName); ``Match host``/``originalhost`` compare case-insensitively;
-- an ``Include`` is read even inside a block that does not apply ("parse only"), and cannot
-  change the block state of the file that includes it;
-- if any ``Match final`` was seen (up to 10.0 ``Match !final`` too), or CanonicalizeHostname is
-  on, every file is read a second time ("final pass") with the lowercased HostName as the host;
-  values set by the first pass stay, ``Match final``/``canonical`` are true;
-- from 9.9, %-tokens and ${VAR} in Include file names are expanded for the host of the pass;
-- an unknown keyword is an error unless ``IgnoreUnknown`` (as set so far) covers it.
+Files are read top to bottom and an option's first value wins; Host and Match blocks are judged
+with the values known at that line; an Include is read even in a block that does not apply;
+``Match final`` or CanonicalizeHostname ask for a second, final pass with the lowercased
+HostName; an unknown keyword is an error unless IgnoreUnknown covers it. No DNS lookups here.
 """
 
 from __future__ import annotations
@@ -150,9 +141,8 @@ class Evaluator:
         was_addr = _is_addr(host)
         if not was_addr:
             host = ascii_lower(host)
-        # Canonicalization itself needs DNS, which the workers may not have yet; ssh falls
-        # back to the name as given when it fails. Addresses it rewrites in numeric form
-        # (10.0.0.05 -> 10.0.0.5) without DNS, as here. It still asks for the final pass.
+        # Canonicalizing a name needs DNS, which the workers may not have yet, and ssh falls
+        # back to the name as given; an address becomes numeric (10.0.0.05 -> 10.0.0.5).
         canon = ascii_lower(opts.scalars.get("canonicalizehostname", "no"))
         if was_addr or canon not in ("no", "false"):
             host = _numeric_address(host) or host
@@ -224,6 +214,7 @@ class Evaluator:
         for line in lines:
             kw = line.keyword
             if kw == "host":
+                # case-sensitive, with the name as given (final pass: the lowercased HostName)
                 active = not never and _host_matches(p.host, line.args)
             elif kw == "match":
                 matched = self._match(line, p, opts, execute=not never)

@@ -1,11 +1,10 @@
 """Every ssh_config keyword of the supported OpenSSH releases, one row each.
 
 A row says what value the keyword takes (``Value``), the release that added it, removed it or
-changed its value syntax (each release's readconf.c; Debian's builds where they differ), and
-how mpiwait follows it. The parser (syntax.py), the acceptance per release (``syntax_at``) and
-of any supported release (``syntaxes``, what mpiwait accepts with no ssh installed), the
-options evaluate.py keeps, and the table in docs/ssh-settings.md (``markdown_table``) are all
-derived from ``TABLE``; a new keyword is one row plus its test cases.
+changed its syntax (each release's readconf.c; Debian's builds where they differ), and how
+mpiwait follows it. The parser (syntax.py), the acceptance per release (``syntax_at``) and with
+no ssh installed (``SYNTAXES``), the options evaluate.py keeps and the table in
+docs/ssh-settings.md (``markdown_table``) all derive from ``TABLE``: a new keyword is one row.
 """
 
 from __future__ import annotations
@@ -592,9 +591,8 @@ def _supported(keyword: Keyword) -> tuple[Value, ...]:
     return tuple(found)
 
 
-# keyword -> the syntaxes that any supported release accepts it with (what mpiwait accepts
-# with no ssh installed); a keyword no supported release knows is not here. A plain dict: the
-# config of every host is checked against it, line by line.
+# keyword -> the syntaxes some supported release accepts (what mpiwait accepts with no ssh
+# installed); a keyword no supported release knows is not here.
 SYNTAXES: dict[str, tuple[Value, ...]] = {
     name: values for name, row in TABLE.items() if (values := _supported(row))
 }
