@@ -11,6 +11,7 @@ open (probe/kept.py).
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 
 from mpiwait.errors import InputError
@@ -109,7 +110,7 @@ class Prober:
             return _ready(target, resolved, local)
         if outcome.status is Status.RETRY and outcome.reason != Reason.REMOTE_COMMAND:
             # closed before authenticating, after sshd handed it to a session process
-            return outcome._replace(pace=self._pacer.charge(peer))
+            return dataclasses.replace(outcome, pace=self._pacer.charge(peer))
         return outcome
 
     def _connect(self, host: str, resolved: Resolved, timeout: float) -> socket.socket | Outcome:

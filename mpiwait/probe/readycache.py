@@ -54,7 +54,7 @@ def file_signatures(paths: Sequence[str]) -> list[object]:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One host that passed: when (CLOCK_MONOTONIC), and where its name pointed then."""
 
@@ -64,7 +64,7 @@ class Entry:
     addresses: tuple[str, ...]  # the answer, sorted
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReadyCache:
     """host -> Entry, in one file named after the settings the passes depend on."""
 
