@@ -1,13 +1,10 @@
 """One attempt at one host: its stages (probe/stages/) in order, up to the check.
 
-An attempt returns an Outcome value (ready / not yet, and why / never, and why); it never
-decides about retries or other hosts. The stages stop at the first that does not pass, so an
-unready host costs a name lookup or a refused connect (an address whose port refused is reused
-for a few seconds rather than looked up again), and a host is logged into once, when its port
-first answers. Here are only what spans stages: the account of connections closed before
-authenticating (probe/pace.py), and the hand-over of a passed login's connection to be held
-open (probe/kept.py).
-"""
+An attempt returns an Outcome (ready; not yet, and why; never, and why) and never decides about
+retries or other hosts. The stages stop at the first that does not pass, so an unready host
+costs a name lookup or a refused connect, and a host is logged into once its port answers. Here
+is only what spans stages: the account of connections closed before authenticating
+(probe/pace.py), and the hand-over of a passed login's connection to be kept (probe/kept.py)."""
 
 from __future__ import annotations
 

@@ -2,11 +2,10 @@
 
 A kept connection (probe/kept.py) outlives an sshd that stopped listening, so when every host is
 ready each such host's listener gets a TCP connect to the kept connection's own peer address (no
-name lookup), all at once in one selector, each closed as soon as it connects. A host whose
-listener does not accept in time goes back to a full check. An accepted connect is one closed
-before authentication, charged to the address's account (probe/pace.py); a host whose account
-has no room is not tried. Why and what it proves: docs/how-it-works.md, "Fresh at the launch".
-"""
+lookup), all at once in one selector, each closed once connected. A host whose listener does not
+accept in time goes back to a full check. An accepted connect is charged to the address's
+account (probe/pace.py), and a host whose account has no room is not tried. Why and what it
+proves: docs/how-it-works.md, "Fresh at the launch"."""
 
 from __future__ import annotations
 

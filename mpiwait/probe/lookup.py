@@ -5,8 +5,7 @@ embedded DNS before the container starts, a CoreDNS under load) can hold the cal
 its own retries. So a lookup runs on a pool thread while the probe waits at most its stage
 timeout; a stuck one finishes in the background, holding its thread. Past ``threads`` lookups
 outstanding, stuck ones included, a lookup is refused at once as "resolver busy" (a not-yet),
-so stuck lookups never add up to a thread per host at scale.
-"""
+so stuck lookups never add up to a thread per host at scale."""
 
 from __future__ import annotations
 

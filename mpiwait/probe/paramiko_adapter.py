@@ -5,8 +5,7 @@ one place.
 tests/integration/test_probes_paramiko.py pins each of these against the installed paramiko
 (and CI against the oldest allowed one), so that a release that changes one fails there, not as
 a probe that silently misreports. Importing this module must not import paramiko: --check tcp
-and --check dns run the stages without it.
-"""
+and --check dns run the stages without it."""
 
 from __future__ import annotations
 
