@@ -27,7 +27,7 @@ import heapq
 import math
 import random
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from mpiwait.errors import Interrupted
@@ -297,7 +297,7 @@ def _penalised_after(rejected: Outcome) -> Outcome:
     """A rejected login's outcome, told that sshd now also turns the address away."""
     note = "; sshd now turns this address away (PerSourcePenalties, for the failed logins)"
     detail = rejected.detail if rejected.detail.endswith(note) else rejected.detail + note
-    return replace(rejected, detail=detail)
+    return rejected._replace(detail=detail)
 
 
 def wait_for_hosts(
