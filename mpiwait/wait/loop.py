@@ -297,7 +297,15 @@ def _penalised_after(rejected: Outcome) -> Outcome:
     """A rejected login's outcome, told that sshd now also turns the address away."""
     note = "; sshd now turns this address away (PerSourcePenalties, for the failed logins)"
     detail = rejected.detail if rejected.detail.endswith(note) else rejected.detail + note
-    return rejected._replace(detail=detail)
+    return Outcome(
+        status=rejected.status,
+        stage=rejected.stage,
+        reason=rejected.reason,
+        detail=detail,
+        hint=rejected.hint,
+        reached=rejected.reached,
+        pace=rejected.pace,
+    )
 
 
 def wait_for_hosts(
