@@ -4,6 +4,8 @@ Every command runs the same way, in the bed's launcher context (files-only names
 ssh_config as /etc/ssh/ssh_config), from the same interpreter, and is timed from spawn to exit:
 
 - ``python -c pass``: the floor of any Python tool on this machine;
+- ``python -c "import paramiko"``: what paramiko's import costs, which a wait that logs in pays
+  (with invoke and importlib.metadata, which paramiko 4 imports);
 - ``mpiwait --hosts w1,w2,w3,w4 -- true``: the whole wait for 4 ready hosts, then exec;
 - ``ssh w1 true``: one OpenSSH login with a command, for scale;
 - ``mpiwait --version``, ``mpiwait --help`` and the worker role (``K_MPI_JOB_ROLE=worker
@@ -49,6 +51,7 @@ def _commands(
     }
     return {
         "python -c pass": ([PY, "-c", "pass"], {}, ""),
+        "python -c 'import paramiko'": ([PY, "-c", "import paramiko"], {}, ""),
         **waits,
         "ssh w1 true": (["ssh", bed.names[0], "true"], {}, ""),
         "mpiwait --version": ([*mw, "--version"], {}, ""),

@@ -15,19 +15,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import testbed
 from testbed import leaks
 
-# No per-example deadline: on a loaded 2-core machine hypothesis's 200 ms default failed a
-# property test that has nothing to do with time (test_duplicates_collapse_to_the_first).
+# No per-example deadline: the property tests check logic, not time, and a loaded 2-core
+# machine can exceed hypothesis's 200 ms default on any of them.
 hypothesis_settings.register_profile("mpiwait", deadline=None)
 hypothesis_settings.load_profile("mpiwait")
 
 STRICT_ENV = testbed._needs.STRICT_ENV
 STRICT = testbed.strict_mode()
-
-# What tests need is asked through the test bed: testbed.needs(...) as a mark, testbed.require()
-# in a test. These names stay for branches written before that; new tests use testbed.needs.
-requires_root_netns = testbed.needs("netns")
-requires_openmpi = testbed.needs("openmpi4")
-requires_mpich = testbed.needs("mpich4")
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -43,13 +37,13 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-# A test's tier is its folder under tests/, and a mark (registered in pyproject.toml) it carries
-# without writing it: `-m "unit and not slow"`, `-m "not lint"`. What a tier costs per run is
-# in docs/testing.md (scripts/suite-times). tests/containers' mark predates the tiers.
+# A test's tier is its folder under tests/, and a mark of the same name (registered in
+# pyproject.toml) it carries without writing it: `-m "unit and not slow"`, `-m "not lint"`.
+# What a tier costs per run is in docs/testing.md (scripts/suite-times).
 TIERS = {
-    "unit": "unit", "lint": "lint", "integration": "integration", "e2e": "e2e",
-    "pythons": "pythons", "containers": "container", "cluster": "cluster",
-}  # fmt: skip
+    tier: tier
+    for tier in ("unit", "lint", "integration", "e2e", "pythons", "containers", "cluster")
+}
 TESTS = Path(__file__).resolve().parent
 
 

@@ -7,6 +7,7 @@ hosts/hostfile.py's.
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 from mpiwait.errors import InputError
@@ -17,8 +18,6 @@ __all__ = ["run_discover"]
 
 
 def _signal_name(number: int) -> str:
-    import signal
-
     try:
         return signal.Signals(number).name
     except ValueError:
@@ -32,8 +31,7 @@ def _last_line(data: bytes) -> str:
 
 def run_discover(path: Path, timeout: float) -> str:
     """Run the discover script and return its stdout; InputError saying why if it fails."""
-    import signal
-    import subprocess
+    import subprocess  # here: only --discover-exec needs it, never the worker role or --help
 
     def fail(reason: str) -> InputError:
         return InputError(f"discover script {path}: {reason}")

@@ -81,7 +81,7 @@ _NO_COUNT_AFTER_COLON = "missing slot count after ':'"
 _DISCOVER_SHAPE = "is not `echo HOST[:SLOTS]`; use --discover-exec to run the script instead"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Host:
     """One host to wait for, and where it was named (for messages)."""
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from mpiwait.hosts.hostfile import is_ip, split_ipv6
@@ -27,28 +28,25 @@ def _normalize_name(name: str) -> str:
     return name
 
 
-def _fqdn_within(timeout: float) -> list[str]:
-    """``[socket.getfqdn()]``, or ``[]`` when it fails or takes longer than ``timeout``.
+def _answer_within(lookup: Callable[[], str], timeout: float) -> list[str]:
+    """``[lookup()]``, or ``[]`` when it fails or takes longer than ``timeout``.
 
     The lookup runs in a daemon thread: waiting for it in ``join`` can be interrupted by
     SIGTERM, waiting inside getaddrinfo for an unanswered DNS query cannot.
     """
-    import socket
-    import threading
-
     answer: list[str] = []
 
-    def lookup() -> None:
+    def run() -> None:
         with contextlib.suppress(OSError):
-            answer.append(socket.getfqdn())
+            answer.append(lookup())
 
-    thread = threading.Thread(target=lookup, name="mpiwait-fqdn", daemon=True)
+    thread = threading.Thread(target=run, name="mpiwait-fqdn", daemon=True)
     thread.start()
     thread.join(timeout)
     return answer[:1]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SelfNames:
     """The names that mean "this machine", to leave the launcher out of the hosts to wait for."""
 
@@ -61,14 +59,14 @@ class SelfNames:
     @classmethod
     def from_system(cls, environ: Mapping[str, str] | None = None) -> SelfNames:
         """The short hostname, the FQDN and $HOSTNAME (whichever are known)."""
-        import socket
+        import socket  # here: the worker role, --help and --version never need it
 
         env = os.environ if environ is None else environ
         found: list[str] = []
         # A machine whose name does not resolve still has the other names.
         with contextlib.suppress(OSError):
             found.append(socket.gethostname())
-        found += _fqdn_within(SELF_LOOKUP_TIMEOUT)
+        found += _answer_within(socket.getfqdn, SELF_LOOKUP_TIMEOUT)
         found.append(env.get("HOSTNAME", ""))
         return cls(frozenset(found))
 

@@ -3,9 +3,8 @@
 
 The pieces live next door, one job each: hostfile.py (the formats, pure), textfile.py
 (reading a file safely), discover.py (running a discover script), selfname.py (which names
-are this machine). Kept cheap to import (no paramiko, no click; subprocess and socket only
-when needed) because the CLI imports it on every start, including the worker role that exits
-at once.
+are this machine). The CLI imports it on every start, the worker role too: it must not import
+paramiko or click.
 """
 
 from __future__ import annotations
@@ -40,7 +39,7 @@ NO_SOURCE_HINT = (
 )
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     """What the sources said at one moment."""
 
@@ -59,7 +58,7 @@ class Snapshot:
         return self.names + self.skipped_self
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostSources:
     """Where hosts come from; ``read()`` is called again every second while waiting."""
 
@@ -205,9 +204,8 @@ class HostReader:
         try:
             snapshot = self._sources.read()
         except InputError as exc:
-            # The sources read fine at the start; a discover script that failed once or a
-            # file caught mid-rewrite must not end a wait that is going well. Keep the last
-            # good list (hosts once listed stay waited for anyway) and try again next time.
+            # A discover script that failed once or a file caught mid-rewrite must not end a
+            # wait that is going well: keep the last good list and read again next time.
             if exc.message not in self._reported:
                 self._reported.add(exc.message)
                 self._warn(f"warning: keeping the hosts read before: {exc.message}")

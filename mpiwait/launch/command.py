@@ -7,6 +7,7 @@ is the container's; nothing of mpiwait stays resident.
 from __future__ import annotations
 
 import os
+import pwd
 import shutil
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
@@ -50,9 +51,8 @@ def find_command(argv: Sequence[str], path: str | None = None) -> str:
     return found
 
 
-# Where a user points a launcher at another remote agent than ssh: Open MPI (4 and 5), MPICH's
-# hydra, Intel MPI's hydra. Each value is a command line ("ssh -F cfg"; Open MPI also takes
-# alternatives separated by ":").
+# Where a user points Open MPI or hydra (MPICH, Intel MPI) at another remote agent than ssh: a
+# command line each ("ssh -F cfg"; Open MPI also takes alternatives separated by ":").
 AGENT_VARIABLES = (
     "OMPI_MCA_plm_rsh_agent",
     "PRTE_MCA_plm_ssh_agent",
@@ -159,8 +159,6 @@ def _check_ssh_runs_as(uid: int, launcher: str) -> None:
     """OpenSSH's ssh looks up its own user first and exits ("No user exists for uid N") when
     the uid has no passwd entry, as an arbitrary uid (OpenShift, ``runAsUser``) often has not:
     the hosts would pass mpiwait's probes (paramiko needs no passwd entry) and mpirun fail."""
-    import pwd
-
     try:
         pwd.getpwuid(uid)
     except KeyError:

@@ -1,21 +1,9 @@
-"""What the wait learned, handed to the MPI launch: which MPI COMMAND starts (itself, or as a
-wrapper: a shell, a script, horovodrun), and the environment changes that make its launch work
-where the operators' settings alone do not. Each change is a variable only that MPI reads, so
-COMMAND and whatever it starts before the MPI inherit it harmlessly.
-
-Pure decisions on argv, the environment and a few file names: nothing here starts a process
-or touches the network (recognising the launch is a handful of stat calls, well under a
-millisecond), so it runs on every start without adding to it. The facts behind each change
-are in docs/launch-handover.md:
-
-- hydra (Intel MPI, MPICH) proxies call back to the launcher by its host name, which workers
-  cannot resolve until the launcher pod is Ready; an interface (``I_MPI_HYDRA_IFACE`` /
-  ``HYDRA_IFACE``) makes them call back to that interface's address instead;
-- Open MPI 5 (PRRTE) ignores the ORTE-era ``OMPI_MCA_*`` variables mpi-operator and Trainer
-  set, and runs every rank on the launcher; their PRRTE names work;
-- MPICH reads ``HYDRA_LAUNCHER_EXTRA_ARGS``, the operator sets ``HYDRA_LAUNCH_EXTRA_ARGS``.
-
-What the user set always wins: a variable already set is never changed.
+"""What the wait learned, handed to the MPI launch: which MPI COMMAND starts (itself, or through
+a wrapper: a shell, a script, horovodrun) and the environment changes its launch needs where
+the operators' settings fall short (docs/launch-handover.md). Each change is a variable only
+that MPI reads, so whatever COMMAND starts before it inherits it harmlessly, and a variable the
+user already set is never changed. Pure decisions on argv, the environment and a few file
+names: it must not start a process or touch the network.
 """
 
 from __future__ import annotations
@@ -25,7 +13,7 @@ import os
 import re
 import shutil
 from collections.abc import Iterable, Mapping, Sequence
-from typing import NamedTuple
+from dataclasses import dataclass, replace
 
 from mpiwait.launch.launchers import ON_PATH, launcher, starts_no_mpi
 
@@ -53,11 +41,8 @@ _INTEL_FILES = ("impi_info", "hydra_bstrap_proxy")  # Intel's hydra; MPICH's has
 _HYDRA_FILES = ("hydra_pmi_proxy", "mpiexec.hydra")
 
 
-# The value types below are NamedTuples, immutable as frozen dataclasses are and far cheaper to
-# create on every launcher start (docs/performance.md).
-
-
-class Launch(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Launch:
     """The MPI that COMMAND starts, and why mpiwait thinks so."""
 
     mpi: Mpi
@@ -96,7 +81,7 @@ def recognise(
     if launch is None:
         return None
     evidence = f"{launch.launcher} {where}: {found}, {launch.evidence}"
-    return launch._replace(evidence=evidence, via=os.path.basename(argv[0]))
+    return replace(launch, evidence=evidence, via=os.path.basename(argv[0]))
 
 
 def _launcher_on_path(search: str, environ: Mapping[str, str]) -> tuple[str, str] | None:
@@ -177,7 +162,8 @@ def _openmpi_version(dirs: list[str], search: str, evidence: str) -> tuple[Mpi, 
     return Mpi.OPENMPI, evidence
 
 
-class Change(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Change:
     """One variable mpiwait sets in COMMAND's environment, and why (for the log line)."""
 
     name: str
@@ -188,7 +174,8 @@ class Change(NamedTuple):
         return f"launch: {self.name}={self.value} ({self.why})"
 
 
-class Handover(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Handover:
     changes: tuple[Change, ...] = ()
     notes: tuple[str, ...] = ()  # what mpiwait could not do, or chose not to, and why
 
@@ -201,7 +188,8 @@ class Handover(NamedTuple):
         return [c.line() for c in self.changes] + [f"launch: {n}" for n in self.notes]
 
 
-class Interface(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Interface:
     """The interface the probes reached the workers through, or why it is not known."""
 
     name: str | None
@@ -251,6 +239,8 @@ def plan(
     changes: list[Change] = []
     notes: list[str] = []
     mpi = launch.mpi
+    # hydra's proxies call back to the launcher by its host name, which workers may not resolve
+    # until its pod is Ready: an interface makes them call back to that interface's address.
     if mpi.hydra:
         variable = iface_variable(mpi)
         chosen = _iface_chosen(argv, environ)
@@ -267,6 +257,7 @@ def plan(
             )
         else:
             changes.append(Change(variable, interface.name, interface.why))
+    # mpi-operator sets HYDRA_LAUNCH_EXTRA_ARGS; MPICH reads HYDRA_LAUNCHER_EXTRA_ARGS.
     misnamed = environ.get("HYDRA_LAUNCH_EXTRA_ARGS")
     if mpi is Mpi.MPICH and misnamed is not None and "HYDRA_LAUNCHER_EXTRA_ARGS" not in environ:
         changes.append(

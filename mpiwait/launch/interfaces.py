@@ -7,6 +7,7 @@ for RDMA) it is the interface that routes to them. Read with ioctl and /proc, no
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import socket
 import struct
@@ -26,8 +27,6 @@ def address_table() -> dict[str, str]:
     with contextlib.suppress(OSError):
         names = [name for _, name in socket.if_nameindex()]
         with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            import fcntl
-
             for name in names:
                 request = struct.pack("256s", name.encode()[:15])
                 try:

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from types import MappingProxyType
-from typing import NamedTuple
 
 
-class Launcher(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Launcher:
     own: bool  # an MPI's own launcher: its name and install tell the MPI (else it builds one)
     ssh: bool  # starts the remote processes over ssh unless told otherwise
 

@@ -1,11 +1,10 @@
 """The ssh that will run (mpirun's), and the rules of its release that mpiwait resolves by.
 
-Where ``ssh`` is installed, its ``ssh -V`` names the release whose rules the reader follows
-(``Rules.for_version``), and ``ssh -G`` is the authority on what it accepts: distributions
-patch keywords in and out (Debian's GSS-API key exchange, its ``SetupTimeOut`` alias), which no
-table can follow for every build. Where no ``ssh`` is installed (an initContainer image), the
-reader accepts what any supported release accepts and resolves by the newest rules.
-docs/ssh-settings.md says why and what it costs.
+Where ``ssh`` is installed, ``ssh -V`` names the release whose rules the reader follows, and
+``ssh -G`` is the authority on what it accepts: distributions patch keywords in and out
+(Debian's GSS-API key exchange, its ``SetupTimeOut`` alias), which no table can follow for
+every build. With no ``ssh`` (an initContainer image), the reader accepts what any supported
+release accepts and resolves by the newest rules (docs/ssh-settings.md says what that costs).
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from mpiwait.openssh.keywords import DECIMAL_TIMES, NEWEST, NEWEST_NAME, SUPPORTED
 from mpiwait.settings import SSH_ASK_TIMEOUT
@@ -24,7 +22,8 @@ from mpiwait.settings import SSH_ASK_TIMEOUT
 _VERSION_RE = re.compile(r"OpenSSH_(\d+)\.(\d+)(p\d+)?")
 
 
-class Rules(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Rules:
     """What changed between OpenSSH releases in how a config resolves (readconf.c, ssh.c)."""
 
     version: tuple[int, int]
@@ -81,7 +80,7 @@ class Rules(NamedTuple):
 NEWEST_RULES = Rules(NEWEST, NEWEST_NAME)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Client:
     """The installed ssh (``path`` None: none installed) and the rules mpiwait follows."""
 

@@ -1,15 +1,10 @@
 """SSH settings for one host, resolved the way the installed ``ssh`` (and so mpirun) does.
 
 mpiwait must probe each worker with the address, port, user, keys and host-key policy that
-mpirun's ``ssh`` will use, or "ready" means nothing. The config files are read and checked by
-``syntax`` and evaluated per host by ``evaluate``, both following OpenSSH's readconf.c as the
-release of the installed ssh has it (``client.Rules``); this module turns the result into an
-``SSHTarget``: tokens and ``~`` expanded as ssh expands them, defaults filled in, and what
-mpiwait cannot follow refused by name. Where ssh is installed, its ``ssh -G`` decides whether a
-config is accepted (once, for the first host; again for a host the reader would refuse).
-tests/integration/test_sshconfig_differential.py holds it against each supported release.
-
-No paramiko here: the worker role, --help and --version must stay light.
+mpirun's ``ssh`` will use, or "ready" means nothing. syntax.py reads and checks the files and
+evaluate.py evaluates them per host; this module makes an ``SSHTarget`` of the result (tokens,
+``~`` and defaults as ssh has them) and refuses by name what mpiwait cannot follow. Where ssh
+is installed, its ``ssh -G`` decides whether a config is accepted. It must not import paramiko.
 """
 
 from __future__ import annotations
@@ -61,7 +56,7 @@ _HOST_KEY_POLICIES = {
 }
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SSHTarget:
     host: str  # the name as listed
     address: str  # HostName (%h expanded), else host; lowercased as ssh does unless an address
@@ -127,9 +122,8 @@ class SSHConfig:
         self._port = port
         self._user = user
         home = self._local.home
-        # -i replaces the config's identity files (ssh would try -i keys first, then the
-        # config's): the probe then proves exactly the key the user named. Checked now so a
-        # bad --identity-file fails before any waiting; ~ is expanded as ssh expands -i.
+        # -i replaces the config's keys, so the probe proves exactly the key the user named;
+        # checked now, so that a bad --identity-file fails before any waiting.
         self._identity_overrides = tuple(
             _expand_tilde_or_fail(_checked_path(str(p), f"identity file {p}"), home, str(p))
             for p in identity_files

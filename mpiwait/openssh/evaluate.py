@@ -1,19 +1,10 @@
-"""Evaluating ssh_config for one destination, in the order OpenSSH's ssh does (``Rules``: what
-changed between releases, from the release of the installed ssh, client.py).
+"""ssh_config evaluated for one destination in the order OpenSSH's ssh does (readconf.c, ssh.c),
+by the rules of the installed ssh's release (``Rules``, client.py).
 
-The rules that matter here (readconf.c, ssh.c):
-
-- files are read top to bottom; the first value of an option wins; ``Host`` and ``Match`` open
-  a block whose lines apply only when it matches, judged with the values known *at that line*;
-- ``Host`` patterns compare case-sensitively with the name as given (on the final pass, with
-  the lowercased HostName); ``Match host``/``originalhost`` compare case-insensitively;
-- an ``Include`` is read even inside a block that does not apply ("parse only"), and cannot
-  change the block state of the file that includes it;
-- if any ``Match final`` was seen (up to 10.0 ``Match !final`` too), or CanonicalizeHostname is
-  on, every file is read a second time ("final pass") with the lowercased HostName as the host;
-  values set by the first pass stay, ``Match final``/``canonical`` are true;
-- from 9.9, %-tokens and ${VAR} in Include file names are expanded for the host of the pass;
-- an unknown keyword is an error unless ``IgnoreUnknown`` (as set so far) covers it.
+Files are read top to bottom and an option's first value wins; Host and Match blocks are judged
+with the values known at that line; an Include is read even in a block that does not apply;
+``Match final`` or CanonicalizeHostname ask for a second, final pass with the lowercased
+HostName; an unknown keyword is an error unless IgnoreUnknown covers it. No DNS lookups here.
 """
 
 from __future__ import annotations
@@ -70,7 +61,7 @@ class Options:
     proxy_jump: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Root:
     """A top-level file and how ssh reads it."""
 
@@ -80,7 +71,7 @@ class Root:
     required: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Local:
     """What Match and tokens need to know about this side of the connection."""
 
@@ -97,6 +88,9 @@ class _Pass:
     host: str  # what Host patterns and "Match host" see
     original: str  # the name as given
     final: bool
+    # The read at load time, for no host: values are checked per host later, and Include names
+    # that depend on the host are not known.
+    load: bool = False
     want_final: bool = False
 
 
@@ -127,7 +121,7 @@ class Evaluator:
         self.files_read: list[str] = []
         self.sets_host_key_policy = False
         # Read everything once now, as ssh would for any host: a bad line anywhere fails here.
-        self._run_pass(_Pass(host="\0", original="\0", final=False), Options(), dry=True)
+        self._run_pass(_Pass(host="", original="", final=False, load=True), Options())
         if not tolerant:
             self._refuse_unknown_keywords()
 
@@ -147,9 +141,8 @@ class Evaluator:
         was_addr = _is_addr(host)
         if not was_addr:
             host = ascii_lower(host)
-        # Canonicalization itself needs DNS, which the workers may not have yet; ssh falls
-        # back to the name as given when it fails. Addresses it rewrites in numeric form
-        # (10.0.0.05 -> 10.0.0.5) without DNS, as here. It still asks for the final pass.
+        # Canonicalizing a name needs DNS, which the workers may not have yet, and ssh falls
+        # back to the name as given; an address becomes numeric (10.0.0.05 -> 10.0.0.5).
         canon = ascii_lower(opts.scalars.get("canonicalizehostname", "no"))
         if was_addr or canon not in ("no", "false"):
             host = _numeric_address(host) or host
@@ -195,15 +188,14 @@ class Evaluator:
 
     # -- the passes ----------------------------------------------------------------------------
 
-    def _run_pass(self, p: _Pass, opts: Options, *, dry: bool = False) -> None:
+    def _run_pass(self, p: _Pass, opts: Options) -> None:
         for root in self._roots:
             lines = self._lines(root.path, check_perms=root.check_perms)
             if lines is None:
                 if root.required:
                     raise InputError(f"cannot read ssh config {root.path}")
                 continue
-            active = [True]
-            self._run_file(lines, root.user_scope, p, opts, active, depth=0, never=dry)
+            self._run_file(lines, root.user_scope, p, opts, depth=0, never=p.load)
 
     def _run_file(
         self,
@@ -211,38 +203,34 @@ class Evaluator:
         user_scope: bool,
         p: _Pass,
         opts: Options,
-        active: list[bool],
         *,
         depth: int,
         never: bool,
     ) -> None:
+        """One file's lines; ``never``: none applies (an Include in a block that does not, or
+        the load-time read). A file starts active; an included one cannot change the block
+        state of the file that includes it (ssh restores it)."""
+        active = not never
         for line in lines:
             kw = line.keyword
             if kw == "host":
-                active[0] = False if never else _host_matches(p.host, line.args)
+                # case-sensitive, with the name as given (final pass: the lowercased HostName)
+                active = not never and _host_matches(p.host, line.args)
             elif kw == "match":
                 matched = self._match(line, p, opts, execute=not never)
-                active[0] = False if never else matched
+                active = not never and matched
             elif kw == "include":
-                self._include(line, user_scope, p, opts, active, depth=depth, never=never)
+                self._include(line, user_scope, p, opts, depth=depth, never=not active)
             else:
-                self._option(line, opts, active[0] and not never, user_scope, check=p.host != "\0")
+                self._option(line, opts, active, user_scope, check=not p.load)
 
     def _include(
-        self,
-        line: Line,
-        user_scope: bool,
-        p: _Pass,
-        opts: Options,
-        active: list[bool],
-        *,
-        depth: int,
-        never: bool,
+        self, line: Line, user_scope: bool, p: _Pass, opts: Options, *, depth: int, never: bool
     ) -> None:
         for arg in line.args:
             if self.rules.expands_include and ("%" in arg or "${" in arg):
-                if p.host == "\0":
-                    continue  # the load-time read: the names depend on the host
+                if p.load:
+                    continue  # the names depend on the host
                 try:
                     arg = self._include_path(arg, p, opts)
                 except ValueError:
@@ -252,7 +240,6 @@ class Evaluator:
             if not os.path.isabs(arg) and not arg.startswith("~"):
                 arg = ("~/.ssh/" if user_scope else self._system_dir + "/") + arg
             pattern = _glob_tilde(arg, self._local.glob_home)
-            was_active = active[0]
             for path in self._glob(pattern):
                 if depth + 1 > MAX_INCLUDE_DEPTH:
                     raise InputError(
@@ -264,17 +251,7 @@ class Evaluator:
                     if not os.path.exists(path):
                         continue  # a dangling link: ssh skips it (ENOENT)
                     raise InputError(f"{line.where}: cannot read included file {path}")
-                self._run_file(
-                    lines,
-                    user_scope,
-                    p,
-                    opts,
-                    active,
-                    depth=depth + 1,
-                    never=never or not was_active,
-                )
-                # An included file cannot change the includer's block state.
-                active[0] = was_active
+                self._run_file(lines, user_scope, p, opts, depth=depth + 1, never=never)
 
     def _include_path(self, arg: str, p: _Pass, opts: Options) -> str:
         """expand_match_exec_or_include_path: ${VAR} and %-tokens for this pass's host."""

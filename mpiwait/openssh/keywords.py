@@ -1,11 +1,10 @@
 """Every ssh_config keyword of the supported OpenSSH releases, one row each.
 
 A row says what value the keyword takes (``Value``), the release that added it, removed it or
-changed its value syntax (each release's readconf.c; Debian's builds where they differ), and
-how mpiwait follows it. The parser (syntax.py), the acceptance per release (``syntax_at``) and
-of any supported release (``syntaxes``, what mpiwait accepts with no ssh installed), the
-options evaluate.py keeps, and the table in docs/ssh-settings.md (``markdown_table``) are all
-derived from ``TABLE``; a new keyword is one row plus its test cases.
+changed its syntax (each release's readconf.c; Debian's builds where they differ), and how
+mpiwait follows it. The parser (syntax.py), the acceptance per release (``syntax_at``) and with
+no ssh installed (``SYNTAXES``), the options evaluate.py keeps and the table in
+docs/ssh-settings.md (``markdown_table``) all derive from ``TABLE``: a new keyword is one row.
 """
 
 from __future__ import annotations
@@ -13,6 +12,7 @@ from __future__ import annotations
 import re
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 
 Version = tuple[int, int]
 
@@ -56,50 +56,29 @@ NOT_CHECKED = "not checked"
 READ_PAST = "read past"
 
 
-# Value and Keyword are plain classes: the table is built on every start, and defining a frozen
-# dataclass or a NamedTuple costs far more than a class with __slots__ (docs/performance.md).
-# A row is compared by identity; no two rows share a name.
+@dataclass(frozen=True, slots=True)
 class Value:
     """A value syntax: its kind, the words a flag takes, or a check of the arguments (with the
     most arguments ssh takes), and how the docs name it."""
 
-    __slots__ = ("check", "choices", "kind", "most", "text")
-
-    def __init__(
-        self,
-        kind: str,
-        text: str,
-        choices: tuple[str, ...] = (),
-        check: Callable[[tuple[str, ...]], bool] | None = None,
-        most: int = 1,
-    ) -> None:
-        self.kind = kind
-        self.text = text
-        self.choices = choices
-        self.check = check
-        self.most = most
+    kind: str
+    text: str
+    choices: tuple[str, ...] = ()
+    check: Callable[[tuple[str, ...]], bool] | None = None
+    most: int = 1
 
 
+@dataclass(frozen=True, slots=True)
 class Keyword:
-    __slots__ = ("changed", "follow", "name", "note", "since", "until", "value")
+    """One row of the table: no two rows share a name."""
 
-    def __init__(
-        self,
-        name: str,  # lowercase, as ssh compares it
-        value: Value,  # its syntax from ``since`` on (or from the oldest supported release)
-        follow: str,
-        since: Version | None = None,  # None: before the oldest supported release
-        until: Version | None = None,  # the first release that refuses it
-        changed: tuple[tuple[Version, Value], ...] = (),  # a new syntax from that release on
-        note: str = "",
-    ) -> None:
-        self.name = name
-        self.value = value
-        self.follow = follow
-        self.since = since
-        self.until = until
-        self.changed = changed
-        self.note = note
+    name: str  # lowercase, as ssh compares it
+    value: Value  # its syntax from ``since`` on (or from the oldest supported release)
+    follow: str
+    since: Version | None = None  # None: before the oldest supported release
+    until: Version | None = None  # the first release that refuses it
+    changed: tuple[tuple[Version, Value], ...] = ()  # a new syntax from that release on
+    note: str = ""
 
 
 # -- value checks (readconf.c, misc.c) ---------------------------------------------------------
@@ -107,7 +86,7 @@ class Keyword:
 _INT_RE = re.compile(r"[0-9]+")
 _TIME_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _TIME_PART_RE = re.compile(r"([0-9]+)([smhdwSMHDW]?)")
-_DECIMAL_PART = r"([0-9.]+)([smhdwSMHDW]?)"  # compiled when first used: rarely
+_DECIMAL_PART_RE = re.compile(r"([0-9.]+)([smhdwSMHDW]?)")
 DECIMAL_TIMES = (10, 3)  # convtime accepts a fraction of a second from this release on
 
 
@@ -138,7 +117,7 @@ def _time_parts(part_re: re.Pattern[str], arg: str) -> list[tuple[str, str]] | N
 
 
 def _parse_time_decimal(arg: str) -> int | None:
-    parts = _time_parts(re.compile(_DECIMAL_PART), arg)
+    parts = _time_parts(_DECIMAL_PART_RE, arg)
     if parts is None or not all(_decimal_part_ok(number, unit) for number, unit in parts):
         return None
     if sum(unit in ("", "s") for _, unit in parts) > 1:  # seconds given twice
@@ -345,9 +324,18 @@ _HOST_ALGS = _checked("key algorithms", _algorithms(_KEY_ALGS, wildcards=True))
 _CNAMES_84 = _checked("* or names:names", _cnames(none=False), 1 << 30)
 
 
-def _rows(names: str, value: Value, follow: str, **kw: object) -> list[Keyword]:
+def _rows(
+    names: str,
+    value: Value,
+    follow: str,
+    *,
+    since: Version | None = None,
+    until: Version | None = None,
+    changed: tuple[tuple[Version, Value], ...] = (),
+    note: str = "",
+) -> list[Keyword]:
     """One row for ``names`` (aliases that share it)."""
-    return [Keyword(name, value, follow, **kw) for name in names.split()]  # type: ignore[arg-type]
+    return [Keyword(name, value, follow, since, until, changed, note) for name in names.split()]
 
 
 _D = "Debian's patch"
@@ -399,12 +387,18 @@ TABLE: dict[str, Keyword] = {
             "forwardx11 forwardx11trusted gatewayports exitonforwardfailure "
             "passwordauthentication kbdinteractiveauthentication "
             "challengeresponseauthentication tisauthentication hostbasedauthentication "
-            "batchmode checkhostip tcpkeepalive keepalive nohostauthenticationforlocalhost "
+            "batchmode checkhostip nohostauthenticationforlocalhost "
             "clearallforwardings enablesshkeysign identitiesonly hashknownhosts "
             "permitlocalcommand visualhostkey proxyusefdpass canonicalizefallbacklocal "
             "streamlocalbindunlink",
             YES_NO,
             VALUE_CHECKED,
+        ),
+        *_rows(
+            "tcpkeepalive keepalive",
+            YES_NO,
+            VALUE_CHECKED,
+            changed=(((10, 6), _flag("transport", "all")),),
         ),
         *_rows(
             "gssapiauthentication gssapidelegatecredentials",
@@ -597,9 +591,8 @@ def _supported(keyword: Keyword) -> tuple[Value, ...]:
     return tuple(found)
 
 
-# keyword -> the syntaxes that any supported release accepts it with (what mpiwait accepts
-# with no ssh installed); a keyword no supported release knows is not here. A plain dict: the
-# config of every host is checked against it, line by line.
+# keyword -> the syntaxes some supported release accepts (what mpiwait accepts with no ssh
+# installed); a keyword no supported release knows is not here.
 SYNTAXES: dict[str, tuple[Value, ...]] = {
     name: values for name, row in TABLE.items() if (values := _supported(row))
 }

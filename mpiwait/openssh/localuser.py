@@ -5,10 +5,11 @@ from __future__ import annotations
 import os
 import pwd
 from collections.abc import Mapping
-from typing import NamedTuple
+from dataclasses import dataclass
 
 
-class LocalUser(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class LocalUser:
     """The local account as ssh sees it: its passwd entry, not $HOME or $USER."""
 
     name: str

@@ -1,15 +1,10 @@
 """ssh_config files as OpenSSH's readconf.c reads them: lines, arguments, value checks.
 
-Pure and independent of any host: every line of every file ssh reaches is checked on every run
-of ssh (an Include inside a Host block that does not apply is still read, "parse only"), so a
-value ssh refuses is refused here once, at load time, with its file and line. What depends on
-the host (IgnoreUnknown, Match, tokens) is left to ``evaluate``.
-
-The keywords and values accepted are those of *any* supported release (keywords.TABLE,
-Debian's patches included): where ssh is installed, ``ssh -G`` decides what it accepts
-(client.py), and where none is, mpiwait must not refuse what some release would accept.
-``tolerant`` skips every check (ssh -G has accepted the files). Releases before 8.7 split a
-line differently (strdelim: double quotes only, no escapes, ``=`` between arguments): ``legacy``.
+Independent of any host: ssh checks every line it reaches on every run (an Include inside a
+block that does not apply is still read), so a value ssh refuses is refused here once, at load
+time, with its file and line; IgnoreUnknown, Match and tokens are left to evaluate.py. With no
+ssh installed it must not refuse what some supported release accepts (keywords.TABLE);
+``tolerant`` checks nothing (ssh -G accepted the files), ``legacy`` splits as before 8.7.
 """
 
 from __future__ import annotations
@@ -53,7 +48,7 @@ _ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrst
 _INT_RE = re.compile(r"[0-9]+")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Line:
     """One directive: its keyword (lowercased), arguments, and where it was written."""
 

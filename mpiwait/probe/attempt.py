@@ -1,16 +1,14 @@
 """One attempt at one host: its stages (probe/stages/) in order, up to the check.
 
-An attempt returns an Outcome value (ready / not yet, and why / never, and why); it never
-decides about retries or other hosts. The stages stop at the first that does not pass, so an
-unready host costs a name lookup or a refused connect (an address whose port refused is reused
-for a few seconds rather than looked up again), and a host is logged into once, when its port
-first answers. Here are only what spans stages: the account of connections closed before
-authenticating (probe/pace.py), and the hand-over of a passed login's connection to be held
-open (probe/kept.py).
-"""
+An attempt returns an Outcome (ready; not yet, and why; never, and why) and never decides about
+retries or other hosts. The stages stop at the first that does not pass, so an unready host
+costs a name lookup or a refused connect, and a host is logged into once its port answers. Here
+is only what spans stages: the account of connections closed before authenticating
+(probe/pace.py), and the hand-over of a passed login's connection to be kept (probe/kept.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 
 from mpiwait.errors import InputError
@@ -109,7 +107,7 @@ class Prober:
             return _ready(target, resolved, local)
         if outcome.status is Status.RETRY and outcome.reason != Reason.REMOTE_COMMAND:
             # closed before authenticating, after sshd handed it to a session process
-            return outcome._replace(pace=self._pacer.charge(peer))
+            return dataclasses.replace(outcome, pace=self._pacer.charge(peer))
         return outcome
 
     def _connect(self, host: str, resolved: Resolved, timeout: float) -> socket.socket | Outcome:

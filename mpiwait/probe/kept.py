@@ -1,14 +1,11 @@
 """The connection of each passed login, kept open until the launch and watched for its end.
 
-After a login passes, the prober hands its socket here (a duplicate: paramiko closes its own)
-instead of closing it. Nothing is sent on it again: the worker's sshd holds an authenticated,
-idle session, which costs it no work, and which it never counts as a connection closed before
-authentication (what OpenSSH 9.8+ penalises). The kernel sends TCP keepalives on it. The
-connection ends when the worker's sshd session ends (its container restarted, evicted,
-OOM-killed: the worker's kernel closes it) or when keepalives go unanswered (the node or the
-address vanished); one thread waits on all of them at once (epoll) and reports each end, so the
-host can be checked again. docs/how-it-works.md says what this proves and what it does not.
-"""
+The prober hands over a duplicate of the login's socket instead of closing it. Nothing is sent
+on it again: the worker's sshd holds an idle authenticated session, which it never counts as a
+connection closed before authentication. TCP keepalives run on it. It ends when the worker's
+sshd session ends (container restarted, evicted) or keepalives go unanswered (node gone); one
+thread waits on all of them (epoll) and reports each end, so the host is checked again. What
+this proves and what it does not: docs/how-it-works.md."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Private keys and host keys, vetted the way OpenSSH (and so mpirun's ssh) would vet them.
 
 Everything here fails with PermanentError: a bad key file or a host key that does not match is
-configuration, and no amount of waiting fixes it. paramiko is imported lazily by the caller's
-first use, so ``--help`` and the worker role never pay for it.
+configuration, and no amount of waiting fixes it. paramiko is imported only when a key or a
+known_hosts file is first read, so that --check tcp, --help and the worker role never load it.
 """
 
 from __future__ import annotations
@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from mpiwait.errors import PermanentError
-from mpiwait.probe import paramiko_adapter  # noqa: F401  # before any paramiko import
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: paramiko is imported where a key is read (see above)
     import paramiko
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Identity:
     path: str
     key: paramiko.PKey
@@ -53,6 +52,7 @@ def _check_mode(path: str) -> None:
 
 def load_identity(path: str) -> Identity:
     """Load one private key of any type OpenSSH accepts, whatever the file is called."""
+    # here, not at the top: only a login reads keys (--check tcp never loads paramiko)
     import paramiko
     from cryptography.exceptions import UnsupportedAlgorithm
 
@@ -162,7 +162,7 @@ class HostKeyPolicy:
         self._files: dict[tuple[str, ...], paramiko.HostKeys] = {}
 
     def _known(self, files: tuple[str, ...]) -> paramiko.HostKeys:
-        import paramiko
+        import paramiko  # here, not at the top: only a login reads known_hosts
 
         with self._lock:
             known = self._files.get(files)

@@ -1,16 +1,11 @@
-"""The sshd listeners of hosts held by a kept connection, checked once more as the wait ends.
+"""The sshd listeners of hosts held by a kept connection, tried once more as the wait ends.
 
-A kept connection (probe/kept.py) lives as long as the worker's sshd session for it, which an
-sshd that stops listening (restarted outside a container) does not end. So when every host is
-ready, the listener of each host that holds one is tried: a TCP connect to the kept
-connection's own peer address and port (no name lookup: had the worker moved, its kept
-connection would have ended), all at once in one selector, each closed as soon as it connects.
-A connect the listener does not accept within the host's connect timeout sends the host back
-to a full check. One that it accepts is a connection closed before authentication, which an
-OpenSSH 9.8+ sshd charges 1 s (``PerSourcePenalties noauth``): it is charged to the address's
-account in probe/pace.py, and a host whose account has no room for it is not tried
-(docs/how-it-works.md, "Fresh at the launch").
-"""
+A kept connection (probe/kept.py) outlives an sshd that stopped listening, so when every host is
+ready each such host's listener gets a TCP connect to the kept connection's own peer address (no
+lookup), all at once in one selector, each closed once connected. A host whose listener does not
+accept in time goes back to a full check. An accepted connect is charged to the address's
+account (probe/pace.py), and a host whose account has no room is not tried. Why and what it
+proves: docs/how-it-works.md, "Fresh at the launch"."""
 
 from __future__ import annotations
 
@@ -20,14 +15,16 @@ import selectors
 import socket
 import time
 from collections.abc import Callable, Collection, Iterator, Mapping
-from typing import Any, NamedTuple
+from dataclasses import dataclass
+from typing import Any
 
 from mpiwait.probe.kept import KeptConnections
 from mpiwait.probe.pace import Pacer, address_key
 from mpiwait.settings import LISTENER_RESEND, LISTENER_WINDOW
 
 
-class Listener(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Listener:
     family: int
     address: tuple[Any, ...]  # a sockaddr, as getpeername() gives it
     timeout: float  # seconds it has to accept
@@ -56,7 +53,8 @@ def not_accepting(
     return tries.failed
 
 
-class _Try(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class _Try:
     host: str
     listener: Listener
     deadline: float

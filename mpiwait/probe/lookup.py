@@ -1,14 +1,11 @@
 """Name lookups with a timeout, on a bounded set of threads shared by every probe.
 
-``getaddrinfo`` takes no timeout, and a resolver that forwards to an unreachable upstream
-(Docker's embedded DNS for a container that has not started, a CoreDNS under load) holds the
-calling thread for the resolver's own retries, ~10 s or more. A lookup therefore runs on a
-thread of this pool while the probe waits for it at most its stage timeout; a lookup still
-stuck after that finishes in the background, holding its thread. At most ``threads`` lookups
-are outstanding at once, stuck ones included: past that, a lookup is refused at once as
-"resolver busy" (a not-yet, like a timeout), so stuck lookups never add up to a thread per
-host at scale.
-"""
+``getaddrinfo`` takes no timeout, and a resolver forwarding to an unreachable upstream (Docker's
+embedded DNS before the container starts, a CoreDNS under load) can hold the calling thread for
+its own retries. So a lookup runs on a pool thread while the probe waits at most its stage
+timeout; a stuck one finishes in the background, holding its thread. Past ``threads`` lookups
+outstanding, stuck ones included, a lookup is refused at once as "resolver busy" (a not-yet),
+so stuck lookups never add up to a thread per host at scale."""
 
 from __future__ import annotations
 
@@ -16,6 +13,7 @@ import queue
 import socket
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from mpiwait.settings import MAX_PENDING_LOOKUPS
@@ -29,18 +27,22 @@ class ResolverBusy(Exception):
     """Every resolver thread is taken by an unfinished lookup."""
 
 
-class _Request:
-    __slots__ = ("done", "error", "host", "port", "result")
+def _taken_lock() -> threading.Lock:
+    lock = threading.Lock()
+    lock.acquire()
+    return lock
 
-    def __init__(self, host: str, port: int) -> None:
-        self.host = host
-        self.port = port
-        # A lock taken now and released by the lookup thread: the cheapest one-shot signal
-        # (an Event builds a Condition and a second lock per wait).
-        self.done = threading.Lock()
-        self.done.acquire()
-        self.result: list[Any] | None = None
-        self.error: BaseException | None = None
+
+@dataclass(slots=True)
+class _Request:
+    """One lookup, filled in by the pool thread that makes it."""
+
+    host: str
+    port: int
+    # Taken now, released by the lookup thread: a one-shot signal without an Event's Condition.
+    done: threading.Lock = field(default_factory=_taken_lock)
+    result: list[Any] | None = None
+    error: BaseException | None = None
 
 
 class LookupPool:

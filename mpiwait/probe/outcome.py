@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import enum
-from typing import NamedTuple
+from dataclasses import dataclass
 
 
 class Stage(str, enum.Enum):
@@ -53,7 +53,8 @@ class Reason(str, enum.Enum):
         return self.value.__format__(spec)
 
 
-class Reached(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Reached:
     """Where a passing attempt got, for its callers: the launch's interface, --list-ready's
     cache. Carried on the outcome so that nobody asks the prober again."""
 
@@ -63,9 +64,9 @@ class Reached(NamedTuple):
     local_address: str = ""  # this machine's end of the accepted connection; "" before a connect
 
 
-class Outcome(NamedTuple):
-    """The result of one attempt at one host (a NamedTuple: one is made per attempt, and a
-    frozen dataclass costs several times as much to build)."""
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The result of one attempt at one host."""
 
     status: Status
     stage: Stage  # READY when status is READY, otherwise the stage that did not pass

@@ -1,24 +1,11 @@
 """The charge OpenSSH 9.8+ sshd holds against this launcher's address, as mpiwait's own
-connections add it up, so that they never get the address refused.
-
-sshd charges a source address 1 s (``PerSourcePenalties noauth:1``) for each connection its
-session process saw end before authentication, lets the charges run down in real time, and
-refuses the address once more than 15 s are outstanding (``min:15``; srclimit.c). A connection
-mpiwait closes before logging in (``--check tcp``, a handshake cut by ``--connect-timeout``)
-is such a connection. The Pacer keeps the same account per SSH address (``address-port``):
-each such close adds NOAUTH_CHARGE, time runs it down, and the next connection to the address
-waits while the account is above NOAUTH_BUDGET - NOAUTH_CHARGE. So a burst of up to
-NOAUTH_BUDGET connections goes at once, then one a second: the account, and sshd's, stays at
-or below NOAUTH_BUDGET (2 s, against the 15 s that activate a penalty: docs/ssh-settings.md).
-
-Within a run the account lives in memory and a wait is handed to the schedule
-(``Outcome.pace``). ``--check tcp`` is connect-only and is what scripts run every second
-(readiness probes, discovery loops), so its accounts also outlive the run: one small file per
-address, ``pace-<address>-<port>`` ("<CLOCK_MONOTONIC time> <charge>"; every process of the
-machine shares that clock), in cachedir.py's private directory, locked while a connection
-runs; its wait is slept before connecting. Where no such directory is usable, the account is
-this run's only.
-"""
+connections add it up, so that they never get the address refused (docs/how-it-works.md,
+"Per-source penalties"). Per SSH address, each connection closed before authenticating adds
+NOAUTH_CHARGE, time runs it down, and the next connection waits while the account is above
+NOAUTH_BUDGET - NOAUTH_CHARGE. Within a run the account lives in memory and a wait goes to the
+schedule (``Outcome.pace``); ``--check tcp``, which scripts run every second, also keeps it in
+a locked file per address in cachedir.py's directory and sleeps its wait. It must never let an
+account go above NOAUTH_BUDGET."""
 
 from __future__ import annotations
 
@@ -39,7 +26,10 @@ def address_key(peer: tuple[Any, ...]) -> str:
 
 
 class Pacer:
-    """Accounts per SSH address; safe to use from many threads at once."""
+    """Accounts per SSH address; safe to use from many threads at once. With a ``directory``,
+    connect-only turns also keep one file per address, ``pace-<address>-<port>`` holding
+    "<CLOCK_MONOTONIC time> <charge>" (every process of the machine shares that clock);
+    without one, the accounts are this run's only."""
 
     def __init__(
         self,

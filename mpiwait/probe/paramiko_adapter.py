@@ -1,72 +1,21 @@
-"""paramiko as mpiwait uses it: the behaviour it relies on that paramiko does not promise (private
-attributes, the shape of its exceptions, its imports of invoke and importlib.metadata, the
-handler of MSG_DEBUG it overrides), in one place.
+"""paramiko as mpiwait uses it: the behaviour it relies on that paramiko does not promise
+(private attributes, the shape of its exceptions, the handler of MSG_DEBUG it overrides), in
+one place.
 
-tests/integration/test_probes_paramiko.py pins each of these against the installed paramiko (and
-CI runs it against the oldest allowed one too), so that a release that changes one fails there,
-not as a probe that silently misreports. Importing this module imports no paramiko; it must be
-imported before paramiko is (probe/stages/ and probe/keys.py do), so that paramiko's own
-import skips invoke and importlib.metadata.
-"""
+tests/integration/test_probes_paramiko.py pins each of these against the installed paramiko
+(and CI against the oldest allowed one), so that a release that changes one fails there, not as
+a probe that silently misreports. Importing this module must not import paramiko: --check tcp
+and --check dns run the stages without it."""
 
 from __future__ import annotations
 
 import functools
-import importlib
 import logging
 import socket
-import sys
-import types
 from typing import TYPE_CHECKING, Literal
 
-from mpiwait.about import dist_info_version
-
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: importing paramiko here would load it for --check tcp
     import paramiko
-
-# paramiko imports invoke only for its own ssh_config `Match exec`, which mpiwait never uses
-# (openssh/evaluate.py runs Match exec itself): without it paramiko's import takes about half
-# as long (docs/design-decisions.md). None in sys.modules makes `import invoke` raise.
-sys.modules.setdefault("invoke", None)  # type: ignore[arg-type]  # None blocks an import
-
-
-class _MetadataUntilAsked(types.ModuleType):
-    """Stands in for importlib.metadata until something asks it for anything; the first
-    question puts the real module back. paramiko 4 asks, on import, ``metadata.version(
-    "paramiko")``: importing importlib.metadata for that (email, zipfile, csv, ...) and its
-    search of sys.path are a large part of a wait's start-up (docs/performance.md).
-    ``version`` reads the dist-info directory's name, as --version does (about.py), else asks
-    the real module; any other name is the real module's. So whoever asks, paramiko or not,
-    gets what importlib.metadata would answer."""
-
-    def __getattr__(self, name: str) -> object:
-        if name.startswith("__"):
-            raise AttributeError(name)  # the import system's and introspection's questions
-        if sys.modules.get(self.__name__) is self:
-            del sys.modules[self.__name__]
-        if getattr(importlib, "metadata", None) is self:
-            delattr(importlib, "metadata")
-        if name == "version":
-            return _version
-        from importlib import metadata
-
-        return getattr(metadata, name)
-
-
-def _version(name: str) -> str:
-    found = dist_info_version(name)
-    if found is not None:
-        return found
-    from importlib import metadata
-
-    return metadata.version(name)
-
-
-if "importlib.metadata" not in sys.modules and "paramiko" not in sys.modules:
-    _stand_in = _MetadataUntilAsked("importlib.metadata")
-    sys.modules["importlib.metadata"] = _stand_in
-    # what `from importlib import metadata` reads first
-    importlib.metadata = _stand_in
 
 # paramiko logs every failed handshake at ERROR, with a traceback; without a handler of ours
 # those records reach logging's last resort, on stderr among our lines (and inside JSON
@@ -91,7 +40,7 @@ def _transport_class() -> type[paramiko.Transport]:
     """paramiko's Transport, except that a MSG_DEBUG (sshd sends two after every login) is
     decoded only when paramiko's logger would log it: paramiko builds the line byte by byte
     first (``util.safe_string``), and mpiwait discards paramiko's records."""
-    import paramiko
+    import paramiko  # here, not at the top: only a login needs paramiko
 
     class Transport(paramiko.Transport):
         def _parse_debug(self, m: paramiko.Message) -> None:

@@ -1,14 +1,10 @@
 """Which hosts passed a check recently, remembered between runs of ``mpiwait --list-ready``.
 
-horovodrun runs its discovery script every second; logging into every host on every call would
-cost ~10 ms of sshd work per host per second. A host that passed recently, and whose name still
-resolves to the addresses it had then, is listed again without a new login
-(modes/list_ready.py). The memory is one small JSON file in a directory only this uid can write
-(cachedir.py). Where none is usable, nothing is remembered and every call checks every host:
-slower, never wrong.
-
-A stale or unreadable file is never an error: it is the same as an empty one.
-"""
+horovodrun runs its discovery script every second; a host that passed recently, and whose name
+still resolves to the addresses it had then, is listed again without a new login
+(modes/list_ready.py; why: docs/design-decisions.md). The memory is one small JSON file in a
+directory only this uid can write (cachedir.py); where none is usable, every call checks every
+host. A stale or unreadable file is never an error: it is the same as an empty one."""
 
 from __future__ import annotations
 
@@ -31,7 +27,7 @@ _VERSION = 1
 
 def fingerprint(values: Sequence[object]) -> str:
     """A short stable name for the settings a result depends on (not a secret: zlib's two
-    checksums, 64 bits, spare the ~10 ms of loading OpenSSL for hashlib on every call)."""
+    checksums, 64 bits, where hashlib would load OpenSSL on every call)."""
     data = json.dumps([str(v) for v in values]).encode()
     return f"{zlib.crc32(data):08x}{zlib.adler32(data):08x}"
 
@@ -54,7 +50,7 @@ def file_signatures(paths: Sequence[str]) -> list[object]:
     return out
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Entry:
     """One host that passed: when (CLOCK_MONOTONIC), and where its name pointed then."""
 
@@ -64,7 +60,7 @@ class Entry:
     addresses: tuple[str, ...]  # the answer, sorted
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ReadyCache:
     """host -> Entry, in one file named after the settings the passes depend on."""
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from mpiwait.probe.outcome import Stage
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostState:
     """Where one host stands (in events and in the final result)."""
 
@@ -25,7 +25,7 @@ class HostState:
     local_address: str = ""  # this machine's end of its passing connection (the launch's interface)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WaitStarted:
     hosts: tuple[str, ...]
     sources: tuple[str, ...]
@@ -36,14 +36,14 @@ class WaitStarted:
     launch: str = ""  # the MPI that COMMAND launches, when recognised (launch/handover.py)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostsAdded:
     hosts: tuple[str, ...]
     total: int
     sources: tuple[str, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostChanged:
     """A host moved to another stage or failed for another reason (not one line per attempt)."""
 
@@ -51,7 +51,7 @@ class HostChanged:
     elapsed: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostReady:
     host: str
     ready: int
@@ -59,7 +59,7 @@ class HostReady:
     elapsed: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Rechecking:
     """Every host was ready, but these passed more than ``older_than`` seconds ago: checking
     them again before the wait ends."""
@@ -69,7 +69,7 @@ class Rechecking:
     elapsed: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostLost:
     """A host that had passed failed its re-check: it is waited for again."""
 
@@ -77,7 +77,7 @@ class HostLost:
     elapsed: float
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StillWaiting:
     """A periodic reminder of who is not ready and why, so a quiet log never looks hung."""
 
@@ -92,7 +92,7 @@ class End(str, enum.Enum):
     INTERRUPTED = "interrupted"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WaitResult:
     end: End
     hosts: tuple[HostState, ...]

@@ -1,24 +1,11 @@
 """The waiting loop: which host to probe when, until all are ready or the deadline passes.
 
-It knows nothing about what a probe does (it gets Outcome values back) nor how events are
-shown (it hands them to ``emit``). Time and concurrency come in through a Runner, so the whole
-loop runs in unit tests against a fake clock, hundreds of rounds in milliseconds.
-
-Per host: a delay from the moment an attempt ends, chosen by a Schedule (wait/schedule.py) that
-shares the probe budget among the hosts still missing. Across hosts: at most ``parallel``
-attempts in flight and at most ``probe_rate`` started in any one-second window (wait/runner.py),
-so a thousand unready workers do not turn into a flood of DNS queries.
-
-A host that has passed stays fresh while others are missing (docs/how-it-works.md): the runner
-reports the end of the connection kept from its login (a host event), and the host is checked
-again at once; and it is checked again ``recheck_after`` / 2 to ``recheck_after`` after each
-pass, within the same limits, while it still counts as ready. One that fails goes back to
-waiting. Before the wait ends with every host ready, those that hold no kept connection and
-passed longer than ``recheck_after`` ago are checked once more, and must pass; then the
-listener of each host that holds one and passed (or had its listener checked) more than
-LISTENER_CHECK_AFTER ago is tried (probe/listeners.py), since an sshd that stops listening
-leaves its sessions, and so the kept connection, alive: one that does not accept is checked
-again in full, like a host whose kept connection ended.
+It knows nothing of what a probe does (it gets Outcome values back) nor how events are shown
+(it hands them to ``emit``). Time and concurrency come in through a Runner, so that the unit
+tests run it on a fake clock. Per host, the next attempt is the Schedule's (wait/schedule.py);
+across hosts, ``parallel`` in flight and ``probe_rate`` starts a second bound them all. A host
+that passed is checked again while others are missing, and before the wait ends
+(docs/how-it-works.md, "Fresh at the launch").
 """
 
 from __future__ import annotations
@@ -28,7 +15,7 @@ import math
 import random
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from mpiwait.errors import Interrupted
 from mpiwait.probe.outcome import Outcome, Reason, Stage, Status
@@ -46,9 +33,7 @@ from mpiwait.wait.events import (
     WaitResult,
 )
 from mpiwait.wait.runner import ConnectionLost, HostEvent, StartWindow
-
-if TYPE_CHECKING:  # tenacity is imported at the first failed attempt: a quick start needs none
-    from mpiwait.wait.schedule import HostRetryState, Schedule
+from mpiwait.wait.schedule import Schedule
 
 
 class Runner(Protocol):
@@ -82,8 +67,6 @@ class _Track:
     due_seq: int = 0  # its live entry in the heap (others are left behind by a reschedule)
     local_address: str = ""  # this machine's end of its last passing connection
     rejected: Outcome | None = None  # the last rejected login of the current streak
-    # its state under the retry policy (wait/schedule.py), from its first failed attempt
-    retry: HostRetryState | None = None
 
     def state(self) -> HostState:
         return HostState(
@@ -96,14 +79,13 @@ class _Loop:
     policy: WaitPolicy
     runner: Runner
     emit: Callable[[Event], None]
-    make_schedule: Callable[[], Schedule]
     started: float
     rng: random.Random
     holds_connection: Callable[[str], bool]  # whether a host holds a kept connection
     # the listeners of these hosts tried: those that did not accept
     listeners: Callable[[Collection[str]], Collection[str]]
     tracks: dict[str, _Track] = field(default_factory=dict)
-    _schedule_made: Schedule | None = None
+    schedule: Schedule = field(init=False)
     due: list[tuple[float, int, str]] = field(default_factory=list)  # heap of idle hosts
     seq: int = 0
     ready: int = 0
@@ -111,6 +93,14 @@ class _Loop:
     # a re-check round ends the wait when nobody failed it; a host lost in it waits again, and
     # its return starts a new round (else a short bound would re-check the re-checked forever)
     round_clean: bool | None = None  # None: no round yet
+
+    def __post_init__(self) -> None:
+        budget = self.policy.budget
+        self.schedule = Schedule(self.policy.retry, budget.rate, self.missing, self.rng)
+
+    def missing(self) -> int:
+        """Hosts not counted as ready."""
+        return len(self.tracks) - self.ready
 
     def add(self, hosts: tuple[str, ...], at: float) -> tuple[str, ...]:
         new = tuple(h for h in hosts if h not in self.tracks)
@@ -204,20 +194,10 @@ class _Loop:
             track.rejected = None
         if changed:
             self.emit(HostChanged(track.state(), now - self.started))
-        schedule = self._schedule_made
-        if schedule is None:
-            schedule = self._schedule_made = self.make_schedule()
-        if track.retry is None:
-            track.retry = schedule.state(track.since)
-        wait = schedule.next_delay(
-            track.retry,
-            outcome,
-            attempts=track.attempts,
-            now=now,
-            since=track.since,
-            missing=len(self.tracks) - self.ready,
+        wait = self.schedule.next_delay(
+            outcome, attempts=track.attempts, now=now, since=track.since
         )
-        if wait is not None:  # None: the deadline comes first
+        if wait is not None:  # None: tenacity's policy does not retry it
             # an attempt that sshd charged to our address: no sooner than its account allows
             self._schedule(host, now + max(wait, outcome.pace))
         return None
@@ -297,7 +277,15 @@ def _penalised_after(rejected: Outcome) -> Outcome:
     """A rejected login's outcome, told that sshd now also turns the address away."""
     note = "; sshd now turns this address away (PerSourcePenalties, for the failed logins)"
     detail = rejected.detail if rejected.detail.endswith(note) else rejected.detail + note
-    return rejected._replace(detail=detail)
+    return Outcome(
+        status=rejected.status,
+        stage=rejected.stage,
+        reason=rejected.reason,
+        detail=detail,
+        hint=rejected.hint,
+        reached=rejected.reached,
+        pace=rejected.pace,
+    )
 
 
 def wait_for_hosts(
@@ -323,13 +311,7 @@ def wait_for_hosts(
     start = runner.now()
     deadline = start + policy.timeout if policy.timeout > 0 else math.inf
     rng = rng or random.Random()
-
-    def make_schedule() -> Schedule:
-        from mpiwait.wait.schedule import Schedule
-
-        return Schedule(policy.retry, policy.budget.rate, rng, deadline=deadline)
-
-    loop = _Loop(policy, runner, emit, make_schedule, start, rng, holds_connection, listeners)
+    loop = _Loop(policy, runner, emit, start, rng, holds_connection, listeners)
     loop.add(first, start)
     next_reread = start + policy.reread_interval
     next_status = start + policy.status_interval

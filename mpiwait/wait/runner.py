@@ -13,19 +13,17 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
 
+@dataclass(frozen=True, slots=True)
 class ConnectionLost:
-    """A host event, not an attempt: the connection kept from the host's last login ended.
-    (A plain class: creating a NamedTuple class adds to start-up.)"""
+    """A host event, not an attempt: the connection kept from the host's last login ended."""
 
-    __slots__ = ("host",)
-
-    def __init__(self, host: str) -> None:
-        self.host = host
+    host: str
 
 
 # What the wait hears of a host between its attempts (one kind so far).

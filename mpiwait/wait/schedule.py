@@ -1,58 +1,27 @@
-"""When to try a host again after an attempt that did not pass: a delay that follows the budget.
+"""When to try a host again after an attempt that did not pass: tenacity's retry and wait.
 
-The probe budget (``--probe-rate`` attempts a second, all hosts together) is what protects the
-cluster; how often one host is tried is only a question of how that budget is shared. So the
-delay after a failed attempt is drawn (uniformly, from an injectable random source) between:
-
-- ``lo``, the per-host floor of the stage that failed (a refused connect is cheap for the worker,
-  an unresolvable name costs the cluster DNS up to 8 queries, a failed handshake costs sshd a
-  fork and a key exchange): the most often a single unready host is ever tried;
-- ``hi``, the larger of the floor, twice the host's even share of the budget (hosts still
-  missing / probe rate; the mean delay is then a little above the share) and an aged window
-  that doubles while the host stays away past a grace period, all capped by the envelope of
-  ``--retry-initial`` doubling to ``--retry-max``, which bounds how long any host goes untried
-  (as before).
-
-Few hosts missing: each is tried near its floor (the launch gap follows). Many missing: the
-share exceeds the envelope, every host is tried as before and the start window in the loop
-spends the same budget as before. A host missing for a minute is back on the old schedule.
-A permanent-looking failure (key rejected) keeps the old full-jitter backoff: its repeats are a
-race with a worker mounting its keys, and racing faster would only end the wait sooner. So does
-every host when the user set the envelope by hand (``follow_budget`` off): the options keep the
-meaning they always had.
-
-tenacity carries the decisions, one call state per host asked by the one waiting loop (not a
-``Retrying`` per host, which would sleep in a thread of its own: docs/design-decisions.md):
-which outcomes are retried (a ``retry_base``: any that did not pass), how long to wait (a
-``wait_base``: the budget-following one above, or full jitter), and when to stop (before a
-next attempt that would come at or past the deadline, as ``stop_before_delay`` does). The call
-state carries the attempt's Outcome as it is, not wrapped in a Future as tenacity's own
-``retry_if_result`` wants it: building that Future was most of a decision's cost.
+The delay follows the probe budget: drawn between the floor of the stage that failed and twice
+the host's share of --probe-rate, wider for a host away past a grace period, capped by the
+--retry-initial/--retry-max envelope. A rejected key, and every host when the envelope is set by
+hand, keep full-jitter backoff (docs/design-decisions.md: the retry floors, the retry policy).
+Nothing here sleeps or keeps time: the waiting loop asks, and schedules the host itself.
 """
 
 from __future__ import annotations
 
-import math
 import random
+from collections.abc import Callable
 
 import tenacity
-from tenacity.retry import retry_base
-from tenacity.stop import stop_base
 from tenacity.wait import wait_base
 
-from mpiwait.probe.outcome import Outcome, Reason, Stage, Status
+from mpiwait.probe.outcome import Outcome, Stage, Status
 from mpiwait.settings import RetryPolicy
 
 
-class HostRetryState(tenacity.RetryCallState):
-    """One host's call state: tenacity's, with the last attempt's Outcome as it is."""
-
-    last: Outcome
-
-
 class FullJitter(tenacity.wait_exponential):
-    """tenacity's wait_random_exponential (uniform over the doubling window), with the random
-    source injected so that tests can seed it."""
+    """tenacity's wait_random_exponential, drawing from an injected random source instead of
+    the random module's, so that seeded tests repeat."""
 
     def __init__(self, initial: float, maximum: float, rng: random.Random) -> None:
         super().__init__(multiplier=initial, max=maximum)
@@ -63,53 +32,36 @@ class FullJitter(tenacity.wait_exponential):
 
 
 class FollowBudget(wait_base):
-    """The delay that follows the probe budget (the module's docstring); a FATAL outcome keeps
-    full jitter. ``missing``, the hosts not ready in all, is set by the loop before each call."""
+    """The delay that follows the probe budget (the module's docstring), ``missing()`` being the
+    hosts not ready in all; a FATAL outcome keeps full jitter."""
 
-    def __init__(self, policy: RetryPolicy, probe_rate: float, rng: random.Random) -> None:
+    def __init__(
+        self,
+        policy: RetryPolicy,
+        probe_rate: float,
+        rng: random.Random,
+        missing: Callable[[], int],
+    ) -> None:
         self._policy = policy
         self._rate = probe_rate
         self._rng = rng
+        self._missing = missing
         self._envelope = tenacity.wait_exponential(multiplier=policy.initial, max=policy.maximum)
-        self.missing = 1
 
     def __call__(self, retry_state: tenacity.RetryCallState) -> float:
         p = self._policy
         envelope = float(self._envelope(retry_state))
-        outcome = _last(retry_state)
+        outcome = _outcome(retry_state)
         if outcome.status is Status.FATAL:
             return self._rng.uniform(0.0, envelope)
         lo = min(_floor(p, outcome.stage), envelope)
-        share = self.missing / self._rate if self._rate > 0 else 0.0
+        share = self._missing() / self._rate if self._rate > 0 else 0.0
         over = (retry_state.seconds_since_start or 0.0) - p.grace
         aged = lo * 2.0 ** min(over / p.doubling, 64.0) if over > 0 else lo
-        # uniform over [lo, 2 x share] averages a little more than the share: all missing
-        # hosts together then ask for a little less than the budget, never more (the start
-        # window would cut an excess, but a smooth demand at the limit uses all of it: with
-        # [lo, 2 x share - lo], 50 unresolvable hosts cost the DNS 8% more than before).
+        # uniform over [lo, 2 x share] averages a little more than the share: all missing hosts
+        # together then ask for a little less than the budget, never more
         hi = min(envelope, max(lo, 2.0 * share, aged))
         return self._rng.uniform(lo, hi)
-
-
-class StopAtDeadline(stop_base):
-    """Stop before a next attempt that would start at or past the deadline (which the loop
-    never starts): stop_before_delay, against the wait's deadline rather than the host's
-    first attempt."""
-
-    def __init__(self, deadline: float) -> None:
-        self._deadline = deadline
-
-    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
-        now = retry_state.outcome_timestamp or 0.0
-        return now + retry_state.upcoming_sleep >= self._deadline
-
-
-class RetryIfNotPassed(retry_base):
-    """Retry whatever did not pass: not yet (RETRY) and refused (FATAL, until the wait ends on
-    a streak of them)."""
-
-    def __call__(self, retry_state: tenacity.RetryCallState) -> bool:
-        return _last(retry_state).status is not Status.READY
 
 
 def _floor(policy: RetryPolicy, stage: Stage) -> float:
@@ -121,75 +73,55 @@ def _floor(policy: RetryPolicy, stage: Stage) -> float:
     return policy.floor_ssh
 
 
-def _last(retry_state: tenacity.RetryCallState) -> Outcome:
-    assert isinstance(retry_state, HostRetryState)
-    return retry_state.last
+def _outcome(retry_state: tenacity.RetryCallState) -> Outcome:
+    """The attempt's Outcome, as the loop set it on the call state."""
+    assert retry_state.outcome is not None
+    outcome = retry_state.outcome.result()
+    assert isinstance(outcome, Outcome)
+    return outcome
+
+
+def _did_not_pass(outcome: Outcome) -> bool:
+    """Not yet (RETRY), and refused (FATAL, until the wait ends on a streak of them)."""
+    return outcome.status is not Status.READY
 
 
 class Schedule:
-    """Each host's next attempt, asked of tenacity's strategies from the one waiting loop."""
+    """Each host's next attempt, decided by tenacity's retry, wait and stop objects. The one
+    waiting loop asks them: a Retrying run per host would sleep in a thread of its own."""
 
     def __init__(
         self,
         policy: RetryPolicy,
         probe_rate: float,
-        rng: random.Random | None = None,
-        *,
-        deadline: float = math.inf,
+        missing: Callable[[], int],
+        rng: random.Random,
     ) -> None:
-        self.policy = policy
-        rng = rng or random.Random()
-        self._retrying = tenacity.Retrying()  # the owner tenacity's call state requires
-        self._retry = RetryIfNotPassed()
-        self._budget = FollowBudget(policy, probe_rate, rng)
-        self._wait: wait_base = (
-            self._budget
+        wait: wait_base = (
+            FollowBudget(policy, probe_rate, rng, missing)
             if policy.follow_budget
             else FullJitter(policy.initial, policy.maximum, rng)
         )
-        self._stop: stop_base = (
-            StopAtDeadline(deadline) if math.isfinite(deadline) else tenacity.stop_never
+        # never run, only asked; stop_never: the wait's deadline ends every host's retries, in
+        # the loop, which also ends the attempts then in flight
+        self._retrying = tenacity.Retrying(
+            retry=tenacity.retry_if_result(_did_not_pass), wait=wait, stop=tenacity.stop_never
         )
-
-    def state(self, since: float) -> HostRetryState:
-        """A host's retry state, for a stretch of not being ready that began at ``since``."""
-        state = HostRetryState(self._retrying, None, (), {})
-        state.start_time = since
-        return state
 
     def next_delay(
-        self,
-        state: HostRetryState,
-        outcome: Outcome,
-        *,
-        attempts: int,
-        now: float,
-        since: float,
-        missing: int,
+        self, outcome: Outcome, *, attempts: int, now: float, since: float
     ) -> float | None:
-        """Seconds until the next attempt at a host whose ``attempts``-th attempt just ended
-        with ``outcome`` at ``now``, not ready since ``since``, with ``missing`` hosts not ready
-        in all; None when it is not tried again (it passed, or the deadline comes first)."""
+        """Seconds until the next attempt at a host whose ``attempts``-th attempt ended with
+        ``outcome`` at ``now``, not ready since ``since``; None when it is not tried again."""
+        r = self._retrying
+        state = tenacity.RetryCallState(r, None, (), {})
         state.attempt_number = attempts
-        state.last = outcome
-        state.outcome_timestamp = now
-        state.start_time = since
-        if not self._retry(state):
+        state.set_result(outcome)
+        # the loop's clock (a fake one in tests), not tenacity's
+        state.start_time, state.outcome_timestamp = since, now
+        if not r.retry(state):
             return None
-        self._budget.missing = missing
-        state.upcoming_sleep = sleep = float(self._wait(state))
-        if self._stop(state):
+        state.upcoming_sleep = sleep = float(r.wait(state))
+        if r.stop(state):
             return None
         return sleep
-
-    def delay(
-        self, *, stage: Stage, status: Status, attempts: int, away: float, missing: int
-    ) -> float:
-        """As ``next_delay``, for a host away ``away`` seconds, without a deadline."""
-        outcome = Outcome(status, stage, Reason.READY)  # its reason is not read here
-        state = self.state(0.0)
-        delay = self.next_delay(
-            state, outcome, attempts=attempts, now=away, since=0.0, missing=missing
-        )
-        assert delay is not None
-        return delay

@@ -11,11 +11,13 @@ import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 import testbed
 from testbed.cluster import Cluster, bin_dir
 from testbed.cluster.mpijob import Jobs
+from testbed.cluster.trainjob import TrainJobs
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -88,12 +90,26 @@ def old_kubeadm_dns(cluster: Cluster) -> Iterator[None]:
         cluster.configure_dns("kubeadm")
 
 
-@pytest.fixture
-def jobs(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Jobs]:
-    """A namespace of the test's own, deleted (with everything in it) afterwards."""
+J = TypeVar("J", bound=Jobs)
+
+
+def _own_namespace(kind: type[J], cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[J]:
+    """A namespace named after the test, deleted (with everything in it) afterwards."""
     name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:50].rstrip("-")
-    j = Jobs(cluster, f"t-{name}")
+    j = kind(cluster, f"t-{name}")
     try:
         yield j
     finally:
         j.close()
+
+
+@pytest.fixture
+def jobs(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[Jobs]:
+    """MPIJobs in a namespace of the test's own."""
+    yield from _own_namespace(Jobs, cluster, request)
+
+
+@pytest.fixture
+def trainjobs(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[TrainJobs]:
+    """TrainJobs in a namespace of the test's own (the cluster runs JobSet and Trainer)."""
+    yield from _own_namespace(TrainJobs, cluster, request)

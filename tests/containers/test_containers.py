@@ -50,7 +50,7 @@ ARM64_IMAGE = f"{MPIWAIT_IMAGE}-arm64"
 ARM64_BASE = "mpiwait-tests/debian-arm64:bookworm-slim"
 BUNDLE_LIMIT = 60 * 1024 * 1024
 
-pytestmark = [pytest.mark.container, pytest.mark.slow, testbed.needs("containers")]
+pytestmark = [pytest.mark.containers, pytest.mark.slow, testbed.needs("containers")]
 
 # mpi-operator's mpi-pi:mpich as far as mpiwait and mpirun can tell (on bullseye's MPICH).
 OPERATOR_PI_DOCKERFILE = containers.operator_pi_dockerfile("bullseye", "mpich")
@@ -436,8 +436,8 @@ def test_plain_docker_build_of_the_dockerfile(engine, builder):
     """`docker build .` as anyone (and most CI pipelines) runs it first: no build arguments,
     not through scripts/build-image (only --network host, as this engine has no bridge), with
     the classic builder and with BuildKit (the daemon's own, which Debian's docker CLI 20.10
-    uses under DOCKER_BUILDKIT=1; a newer CLI would want buildx). Its empty SOURCE_DATE_EPOCH
-    once ended the wheel build in a traceback."""
+    uses under DOCKER_BUILDKIT=1; a newer CLI would want buildx). Its SOURCE_DATE_EPOCH is
+    empty, which make-bundle must unset: the wheel build parses whatever is set as a number."""
     engine.debian_base("bookworm")
     plain = f"mpiwait-tests/plain-build:{builder}"
     if builder == "classic":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import getpass
+import logging
 import socket
 import struct
 import threading
@@ -25,9 +26,10 @@ import paramiko
 import pytest
 import testbed
 
+from mpiwait.probe import paramiko_adapter as adapter
 from mpiwait.probe.attempt import prober_for
 from mpiwait.probe.lookup import lookup_pool
-from mpiwait.probe.outcome import Stage, Status
+from mpiwait.probe.outcome import Reached, Stage, Status
 from mpiwait.settings import Check, ProbeOptions
 
 TIMEOUT = 1.0  # the per-stage timeout of the probe; only the silent server waits it out
@@ -191,8 +193,6 @@ def test_paramiko_keeps_the_banner_it_read() -> None:
 def test_the_adapter_reads_where_start_client_stopped(
     behave: Callable, banner: bool, why: str | None
 ) -> None:
-    from mpiwait.probe import paramiko_adapter as adapter
-
     with server(behave) as port, socket.create_connection(("127.0.0.1", port)) as sock:
         transport = adapter.transport(sock, TIMEOUT)
         try:
@@ -214,9 +214,6 @@ def test_the_adapter_reads_where_start_client_stopped(
 def test_a_passing_attempt_carries_where_it_got(tmp_path: Path, check: str) -> None:
     """What the launch (its interface) and --list-ready (its cache) need comes with the
     outcome: the name looked up, what it resolved to, and this machine's end of the connect."""
-    from mpiwait.probe.outcome import Reached
-    from mpiwait.settings import Check
-
     config = tmp_path / "ssh_config"
     config.write_text("Host w1\n  HostName 127.0.0.1\n")
     # a port that closes at once is no sshd to --check tcp: this one sends a banner and waits
@@ -240,10 +237,6 @@ def test_sshd_debug_lines_after_a_login_are_decoded_only_when_paramiko_would_log
     """OpenSSH sends MSG_DEBUG lines after a login; the adapter's transport skips paramiko's
     byte-by-byte decoding of them unless paramiko's logger is on for DEBUG. Pins that paramiko
     still hands them to ``Transport._parse_debug``, which the adapter overrides."""
-    import logging
-
-    from mpiwait.probe import paramiko_adapter as adapter
-
     transport_class = adapter._transport_class()
     parse, safe_string = transport_class._parse_debug, paramiko.util.safe_string
     seen: list[bytes] = []

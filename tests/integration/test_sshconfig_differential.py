@@ -571,6 +571,7 @@ VALUE_SYNTAX = (
     "CanonicalizePermittedCNAMEs a:",
     "TCPKeepAlive no",
     "TCPKeepAlive 30",
+    "TCPKeepAlive all",  # 10.6: all and transport
     "IPQoS 0177",  # strtol base 0: octal
     "StreamLocalBindMask 0x10",  # strtol base 8 stops at the x
     "SkeyAuthentication maybe",  # 8.4: unsupported, any value

@@ -52,6 +52,11 @@ def missing_requirements() -> str | None:
     if os.geteuid() != 0:
         # sshd needs root to switch to the logged-in user and for its privilege separation.
         return "sshd must run as root for logins to work"
+    return loopback_problem()
+
+
+def loopback_problem() -> str | None:
+    """Why this machine cannot bind 127.0.0.2 (the loopback labs' first address), or None."""
     try:
         with socket.socket() as s:
             s.bind(("127.0.0.2", 0))

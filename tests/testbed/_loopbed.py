@@ -15,7 +15,7 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from ._names import files_only_cmd, write_hosts_file
+from ._names import files_only_cmd, published_entries, write_hosts_file
 from ._netns import TestBed
 
 
@@ -84,12 +84,7 @@ class LoopBed:
         """(Re)write the clients' hosts file in place: running clients have its inode mounted.
         Never shorter than before (padded with a comment), so a reader never sees it empty."""
         write_hosts_file(
-            self.hosts_file,
-            [
-                (a, nm)
-                for a, nm, p in zip(self.addrs, self.names, self._published, strict=True)
-                if p
-            ],
+            self.hosts_file, published_entries(self.addrs, self.names, self._published)
         )
 
     def publish_all(self, value: bool = True) -> None:

@@ -25,7 +25,7 @@ from . import _sys
 from ._faults import ns_iptables
 from ._launcher import LauncherContext
 from ._launcher import split_cpus as split_cpus_
-from ._names import mount_ns_cmd, write_hosts_file, write_nsswitch
+from ._names import mount_ns_cmd, published_entries, write_hosts_file, write_nsswitch
 from ._namespaces import SSHD, NamespaceLab, Netns, add_namespaces
 from ._proc import register_key
 from ._registry import MANY_PREFIX, cleanup_stale_locked, teardown_until_gone
@@ -159,12 +159,7 @@ class ManyHosts(LauncherContext, NamespaceLab):
 
     def _write_hosts_file(self) -> None:
         write_hosts_file(
-            self.hosts_file,
-            [
-                (a, nm)
-                for a, nm, p in zip(self.addrs, self.names, self._published, strict=True)
-                if p
-            ],
+            self.hosts_file, published_entries(self.addrs, self.names, self._published)
         )
 
     def publish(self, *which: int) -> None:

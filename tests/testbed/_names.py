@@ -53,6 +53,13 @@ def write_hosts_file(
     write_in_place(path, "\n".join(lines) + "\n")
 
 
+def published_entries(
+    addrs: Sequence[str], names: Sequence[str], published: Sequence[bool]
+) -> list[tuple[str, str]]:
+    """The (address, name) of each host whose ``published`` flag is set: what a hosts file lists."""
+    return [(a, nm) for a, nm, p in zip(addrs, names, published, strict=True) if p]
+
+
 def mount_ns_cmd(
     mounts: Sequence[Mount],
     title: str,

@@ -186,12 +186,9 @@ def _namespaces() -> Found | str:
 
 
 def _loopback() -> Found | str:
-    try:
-        with socket.socket() as s:
-            s.bind(("127.0.0.2", 0))
-    except OSError as exc:
-        return f"cannot bind 127.0.0.2 ({exc})"
-    return Found("loopback")
+    from ._lab import loopback_problem
+
+    return loopback_problem() or Found("loopback")
 
 
 def _overlayfs() -> Found | str:
@@ -236,7 +233,7 @@ _APT = {  # program -> (Debian package, what it is)
     "debootstrap": ("debootstrap", "debootstrap (Debian base images without a registry)"),
     "chroot": ("coreutils", "chroot"),
     "tar": ("tar", "tar"),
-    "git": ("git", "git (scripts/build-image and build-dist read the commit)"),
+    "git": ("git", "git (build-image and build-dist read the commit, check-commits the log)"),
     "shellcheck": ("shellcheck", "ShellCheck (actionlint checks the workflows' run: steps)"),
     "update-binfmts": ("binfmt-support", "binfmt-support's update-binfmts"),
     "ctr": ("containerd", "containerd's ctr (the cluster tier imports its images with it)"),

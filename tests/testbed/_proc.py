@@ -101,8 +101,8 @@ class Proc:
         self, proc: subprocess.Popen[str], argv: list[str], started: float, *, read: bool = True
     ) -> None:
         """``read``: read its output from now on (default), not only from the first wait_for()
-        or finish(): a process whose pipe fills blocks on its next write, so a JSON run of 300
-        hosts (75 KB of records) once stalled mid-wait while the test finished another."""
+        or finish(): a process whose pipe fills blocks on its next write, and a JSON run of
+        hundreds of hosts fills one while the test is busy with another process."""
         self.proc = proc
         self.argv = argv
         self.started = started

@@ -46,8 +46,8 @@ class WorkerProcesses:
             (self.worker_hosts_file, "/etc/hosts"),
             (self.nsswitch_file, "/etc/nsswitch.conf"),
         ]
-        # Workers get a clean shell, like a container image: the machine's ~/.bashrc (pyenv
-        # init here, ~0.4 s) would otherwise run on every ssh command.
+        # Workers get a clean shell, like a container image: the machine's ~/.bashrc (a pyenv
+        # init, say) would otherwise run on every ssh command and slow each login.
         rc = Path(user_entry(self.user).pw_dir) / ".bashrc"
         if rc.is_file():
             mounts.append((self.empty_file, rc))

@@ -2,8 +2,8 @@
 
 - ``openssh_rootfs(suite)``: a tarball of ``containers.rootfs(suite)`` (debootstrap minbase) with
   that suite's ``openssh-client`` and ``netbase`` installed by its own apt (and
-  ``openssh-server`` for the suites in ``SERVER_SUITES``: trixie's sshd 10.0p2 is the default
-  modern sshd of issue 20). No host keys, no sshd running: a lab makes its own keys and starts
+  ``openssh-server`` for the suites in ``SERVER_SUITES``: trixie's sshd 10.0p2 is the modern
+  sshd the tests run against). No host keys, no sshd running: a lab makes its own keys and starts
   sshd itself.
 - ``openssh_root(suite)``: that tarball extracted once into a directory under ``CACHE``, shared
   by every test: **read-only** for its users (put your files elsewhere and bind-mount them into a

@@ -681,21 +681,6 @@ def _last_line_of_python(code: str) -> str:
     return proc.stdout.splitlines()[-1]
 
 
-def test_paramiko_is_imported_without_importlib_metadata() -> None:
-    """paramiko 4 reads its own version with importlib.metadata as it is imported (a large
-    part of a wait's start-up); the adapter's stand-in answers from the dist-info
-    directory, and whoever asks next gets the real module and the same answer (paramiko 3
-    never asks)."""
-    code = (
-        "import sys, mpiwait.probe.paramiko_adapter, paramiko; "
-        "loaded = [m for m in ('email', 'zipfile') if m in sys.modules]; "
-        "from importlib import metadata; "
-        "print(loaded, paramiko.__version__ == metadata.version('paramiko'), "
-        "metadata.PackageNotFoundError.__module__)"
-    )
-    assert _last_line_of_python(code) == "[] True importlib.metadata"
-
-
 def test_version_subprocess() -> None:
     proc = mpiwait_process("--version")
     assert proc.returncode == 0

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import math
 import os
+import threading
+import time
 from pathlib import Path
 
 import pytest
 import testbed
 
+from mpiwait.modes import list_ready
 from mpiwait.probe import cachedir, readycache
 from mpiwait.probe.readycache import Entry, ReadyCache
 from mpiwait.settings import ProbeOptions
-from mpiwait.wait.runner import run_all
+from mpiwait.wait.runner import StartWindow, run_all
 
 
 def _entry(at: float = 100.0) -> Entry:
@@ -131,8 +134,6 @@ def test_hosts_due_for_a_login_come_due_together() -> None:
 
 
 def test_what_invalidates_the_memory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from mpiwait.modes import list_ready
-
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     key = home / ".ssh" / "id_rsa"
@@ -156,9 +157,6 @@ def test_what_invalidates_the_memory(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_list_ready_runs_hosts_in_parallel_and_leaves_out_the_slow_ones() -> None:
-    import threading
-    import time
-
     release = threading.Event()
     running: list[int] = []
     most = [0]
@@ -188,8 +186,6 @@ def test_list_ready_runs_hosts_in_parallel_and_leaves_out_the_slow_ones() -> Non
 def test_start_window_allows_probe_rate_starts_in_any_second() -> None:
     """--probe-rate as README states it: at most that many starts in any second (Horovod's
     64 known hosts start at once), never more, and a rate under 1/s spaces single starts."""
-    from mpiwait.wait.runner import StartWindow
-
     w = StartWindow(200)
     assert w.next_free() == -math.inf  # room now
     assert all(w.take(10.0) for _ in range(200))  # 200 at once: within "200 per second"
@@ -216,9 +212,6 @@ def test_start_window_allows_probe_rate_starts_in_any_second() -> None:
 
 
 def test_run_all_starts_no_more_than_probe_rate_in_a_second() -> None:
-    import threading
-    import time
-
     starts: list[float] = []
     lock = threading.Lock()
 

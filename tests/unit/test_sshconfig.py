@@ -21,6 +21,7 @@ from mpiwait.errors import InputError
 from mpiwait.openssh.client import Client, Rules, find_client, parse_banner
 from mpiwait.openssh.config import LocalUser, SSHConfig, SSHTarget
 from mpiwait.openssh.keywords import TABLE, syntax_at
+from mpiwait.openssh.syntax import check_line, lex_line
 
 GLOBAL_KNOWN = ("/etc/ssh/ssh_known_hosts", "/etc/ssh/ssh_known_hosts2")
 
@@ -441,6 +442,7 @@ def test_port_service_name(make) -> None:
         ("Include /nonexistent/%h.conf\nPort 3\n", "w1", "port", 3),
         ("SetupTimeOut 7\n", "w", "connect_timeout", 7.0),
         ("ObscureKeystrokeTiming no\nWarnWeakCrypto no\nGSSAPIKeyExchange yes\n", "w", "port", 22),
+        ("TCPKeepAlive all\nHost w\n  KeepAlive transport\n", "w", "port", 22),  # 10.6
     ],
 )
 def test_without_ssh_newest_rules_and_any_release_accepted(
@@ -967,6 +969,17 @@ def test_keywords_by_release() -> None:
     # Match localnetwork/tagged and Tag came with 9.4 (once Rules.match_localnetwork_tagged).
     assert syntax_at(TABLE["tag"], (9, 2)) is None
     assert syntax_at(TABLE["tag"], (9, 4)) is not None
+
+
+@pytest.mark.parametrize("text", ["TCPKeepAlive all", "TCPKeepAlive Transport", "KeepAlive all"])
+def test_tcp_keep_alive_all_and_transport_from_10_6(text: str) -> None:
+    # 10.6p1's ssh -G takes all and transport besides yes/no; 10.5's reads a yes/no flag.
+    line = lex_line(text, "cfg", 1)
+    assert line is not None
+    check_line(line, (10, 6))
+    check_line(line)  # with no ssh installed: some supported release accepts it
+    with pytest.raises(InputError, match="is not one of yes, no, true, false"):
+        check_line(line, (10, 5))
 
 
 def _fake_ssh(tmp_path: Path, script: str) -> Client:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from mpiwait.errors import Interrupted
-from mpiwait.probe.outcome import Outcome, Stage, Status
+from mpiwait.probe.outcome import Outcome, Reason, Stage, Status
 from mpiwait.settings import (
     BACKOFF_DOUBLING,
     BACKOFF_GRACE,
@@ -321,33 +321,38 @@ def test_a_thousand_hosts_run_quickly_under_the_fake_clock():
 # the schedule: the fewer hosts missing, the more often each is tried, within the limits
 
 
-def _schedule(seed: int = 1, **kw) -> Schedule:
+def _schedule(seed: int = 1, missing: int = 1, **kw) -> Schedule:
     p = policy(**kw)
-    return Schedule(p.retry, p.budget.rate, random.Random(seed))
+    return Schedule(p.retry, p.budget.rate, lambda: missing, random.Random(seed))
+
+
+def _delay(s: Schedule, *, stage: Stage, status: Status, attempts: int, away: float) -> float:
+    """The delay after a host's ``attempts``-th attempt, ``away`` seconds into its absence."""
+    outcome = Outcome(status, stage, Reason.REFUSED)  # its reason is not read
+    delay = s.next_delay(outcome, attempts=attempts, now=away, since=0.0)
+    assert delay is not None
+    return delay
 
 
 def test_a_lone_missing_host_waits_exactly_its_stage_floor():
     s = _schedule(probe_rate=200)
     for stage, floor in [(Stage.TCP, 0.02), (Stage.DNS, 0.05), (Stage.SSH, 0.1)]:
-        assert s.delay(stage=stage, status=Status.RETRY, attempts=5, away=3, missing=1) == floor
+        assert _delay(s, stage=stage, status=Status.RETRY, attempts=5, away=3) == floor
 
 
 def test_many_missing_hosts_share_the_budget_under_the_envelope():
-    s = _schedule(probe_rate=200, retry_max=2.0)
+    s = _schedule(probe_rate=200, retry_max=2.0, missing=40)
     # 40 missing at 200/s: each may be tried every 0.2 s on average (a little less often:
     # together they never ask for more than the budget); the envelope after 5 tries is 1.6 s
     delays = [
-        s.delay(stage=Stage.TCP, status=Status.RETRY, attempts=5, away=3, missing=40)
-        for _ in range(2000)
+        _delay(s, stage=Stage.TCP, status=Status.RETRY, attempts=5, away=3) for _ in range(2000)
     ]
     assert all(0.02 <= d <= 0.4 for d in delays)
     assert max(delays) > 0.38  # jittered over the whole window, not pinned to the floor
     assert 0.2 <= sum(delays) / len(delays) <= 0.22
-    # 1000 missing: the share (5 s) is above the envelope, which caps the wait as before
-    d = [
-        s.delay(stage=Stage.DNS, status=Status.RETRY, attempts=1, away=0, missing=1000)
-        for _ in range(200)
-    ]
+    # 1000 missing: the share (5 s) is above the envelope, which caps the wait
+    s = _schedule(probe_rate=200, retry_max=2.0, missing=1000)
+    d = [_delay(s, stage=Stage.DNS, status=Status.RETRY, attempts=1, away=0) for _ in range(200)]
     assert all(0.05 <= x <= 0.1 for x in d)  # first retry within --retry-initial
 
 
@@ -356,20 +361,20 @@ def test_a_host_away_past_the_grace_period_backs_off_to_the_envelope():
 
     def window(away):
         return max(
-            s.delay(stage=Stage.TCP, status=Status.RETRY, attempts=50, away=away, missing=1)
+            _delay(s, stage=Stage.TCP, status=Status.RETRY, attempts=50, away=away)
             for _ in range(300)
         )
 
     assert window(19) == pytest.approx(0.02)
     assert window(40) == pytest.approx(0.08, rel=0.05)  # grace 20 s, then x2 every 10 s
-    assert window(600) == pytest.approx(0.5, rel=0.05)  # the old schedule: capped at 0.5 s
+    assert window(600) == pytest.approx(0.5, rel=0.05)  # the envelope: capped at 0.5 s
 
 
 def test_a_rejected_key_keeps_the_full_jitter_backoff():
     s = _schedule(probe_rate=200, retry_initial=0.1, retry_max=2.0)
     for attempts, window in [(1, 0.1), (2, 0.2), (3, 0.4)]:
         d = [
-            s.delay(stage=Stage.SSH, status=Status.FATAL, attempts=attempts, away=1, missing=1)
+            _delay(s, stage=Stage.SSH, status=Status.FATAL, attempts=attempts, away=1)
             for _ in range(300)
         ]
         assert all(0 <= x <= window for x in d)
@@ -670,16 +675,17 @@ def test_an_envelope_set_by_hand_is_plain_full_jitter_backoff_as_before():
     assert 60 < len(times) < 400
 
 
-def test_the_schedule_retries_only_what_did_not_pass_and_stops_at_the_deadline():
-    s = Schedule(policy().retry, 200, random.Random(1), deadline=10.0)
-    state = s.state(since=0.0)
-    common = {"attempts": 3, "since": 0.0, "missing": 1}
-    assert s.next_delay(state, READY, now=5.0, **common) is None  # passed: not retried
-    assert s.next_delay(state, REFUSED, now=5.0, **common) == pytest.approx(0.02)  # its floor
-    # an attempt that would start at or past the deadline is not scheduled (the loop would
-    # never start it): stop_before_delay against the wait's deadline
-    assert s.next_delay(state, REFUSED, now=9.99, **common) is None
-    assert s.next_delay(state, REFUSED, now=9.97, **common) == pytest.approx(0.02)
+def test_the_schedule_retries_only_what_did_not_pass():
+    s = _schedule(probe_rate=200)
+    assert s.next_delay(READY, attempts=3, now=5.0, since=0.0) is None  # passed: not retried
+    assert s.next_delay(REFUSED, attempts=3, now=5.0, since=0.0) == pytest.approx(0.02)  # floor
+
+
+def test_no_attempt_starts_at_or_past_the_deadline():
+    # tenacity never stops a host's retries: the loop's deadline ends them all
+    result, _, runner = run(["a", "b"], lambda h, t: REFUSED, timeout=10)
+    assert result.end is End.TIMEOUT
+    assert runner.starts and max(t for t, _ in runner.starts) < 10.0
 
 
 # --- per-source penalties (OpenSSH 9.8+) ----------------------------------------------------

@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from mpiwait.probe.lookup import LookupPool, LookupTimeout, ResolverBusy
@@ -17,14 +18,12 @@ from mpiwait.settings import REFUSED_ADDRESS_REUSE
 AddrInfo = tuple[Any, ...]
 
 
+@dataclass(frozen=True, slots=True)
 class Resolved:
-    """A name looked up (a plain class, as in wait/runner.py's ConnectionLost)."""
+    """A name looked up."""
 
-    __slots__ = ("at", "infos")
-
-    def __init__(self, at: float, infos: list[AddrInfo]) -> None:
-        self.at = at  # when it was looked up
-        self.infos = infos  # getaddrinfo's answer
+    at: float  # when it was looked up
+    infos: list[AddrInfo]  # getaddrinfo's answer
 
 
 class Resolver:

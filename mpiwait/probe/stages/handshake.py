@@ -12,7 +12,7 @@ from mpiwait.probe.stages.step import Session
 from mpiwait.probe.stages.tcp import oserror
 from mpiwait.probe.stages.turned_away import CLOSED_BEFORE_BANNER
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # annotations only: importing paramiko here would load it for --check tcp
     import paramiko
 
 
@@ -21,7 +21,7 @@ class Handshake:
         self._host_keys = host_keys
 
     def __call__(self, session: Session) -> Outcome | None:
-        import paramiko
+        import paramiko  # here, not at the top: --check tcp imports this module, never logs in
 
         transport, target, timeout = session.transport, session.target, session.timeout
         if target.strict_host_key_checking != "no":

@@ -7,7 +7,7 @@ from mpiwait.probe.stages.step import Session
 
 
 def log_in(session: Session) -> Outcome | None:
-    import paramiko
+    import paramiko  # here, not at the top: --check tcp imports this module, never logs in
 
     transport, target = session.transport, session.target
     for identity in session.identities:

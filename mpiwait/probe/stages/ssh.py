@@ -1,13 +1,13 @@
 """The ssh stage on a connected socket: the steps (handshake, host key, login, remote command)
 in order on one paramiko transport, stopping at the first that does not pass. paramiko is
-imported on first use; what of its internals mpiwait relies on is in probe/paramiko_adapter.py.
+imported at the first login, never by --check tcp or dns; what of its internals mpiwait relies
+on is in probe/paramiko_adapter.py.
 """
 
 from __future__ import annotations
 
 import socket
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 from mpiwait.errors import PermanentError
 from mpiwait.openssh.config import SSHTarget
@@ -17,11 +17,9 @@ from mpiwait.probe.outcome import READY, Outcome, Reason, Stage, Status, retry
 from mpiwait.probe.stages.handshake import Handshake
 from mpiwait.probe.stages.host_key import HostKeyCheck
 from mpiwait.probe.stages.login import log_in
-from mpiwait.probe.stages.step import Session
+from mpiwait.probe.stages.remote_command import RemoteCommand
+from mpiwait.probe.stages.step import Session, Step
 from mpiwait.probe.stages.tcp import oserror
-
-if TYPE_CHECKING:
-    from mpiwait.probe.stages.step import Step
 
 # The ssh stage's outcome, and, when it passed and a duplicate was asked for, the authenticated
 # connection (paramiko closes its own socket, and sends nothing on close).
@@ -34,9 +32,7 @@ class SshStage:
     ) -> None:
         self._identities = identities
         steps: list[Step] = [Handshake(host_keys), HostKeyCheck(host_keys), log_in]
-        if remote_command:  # imported only then, as most runs give none
-            from mpiwait.probe.stages.remote_command import RemoteCommand
-
+        if remote_command:
             steps.append(RemoteCommand(remote_command))
         self._steps: Sequence[Step] = tuple(steps)
 
@@ -44,7 +40,7 @@ class SshStage:
         self, sock: socket.socket, target: SSHTarget, timeout: float, *, duplicate: bool
     ) -> SshResult:
         """The steps on ``sock``; ``duplicate``: hand back the connection of a pass."""
-        import paramiko
+        import paramiko  # here, not at the top: --check tcp imports this module, never logs in
 
         try:
             identities = self._identities.get(

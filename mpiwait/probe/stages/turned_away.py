@@ -7,7 +7,7 @@ from __future__ import annotations
 import contextlib
 import socket
 
-from mpiwait.probe.outcome import Outcome, Reason, Stage, retry
+from mpiwait.probe.outcome import Outcome, Reason, Stage, Status, retry
 from mpiwait.settings import NOAUTH_CHARGE
 
 _TURNED_AWAY = b"Not allowed at this time"
@@ -19,7 +19,8 @@ CLOSED_BEFORE_BANNER = retry(
     Reason.CLOSED,
     "connection closed before the SSH banner; is sshd at its MaxStartups limit?",
 )
-_PENALISED = retry(
+_PENALISED = Outcome(
+    Status.RETRY,
     Stage.SSH,
     Reason.PENALTY,
     'sshd turned this address away before its banner ("Not allowed at this time"): '
@@ -27,7 +28,8 @@ _PENALISED = retry(
     "connections closed before authenticating; sshd's log says "
     '"drop connection ... penalty: <why>"), or sshd is at its MaxStartups limit',
     # sshd drops these itself, uncharged; once a second is enough while it lasts (>= 15 s)
-)._replace(pace=NOAUTH_CHARGE)
+    pace=NOAUTH_CHARGE,
+)
 _MAX_STARTUPS = retry(Stage.SSH, Reason.CLOSED, "sshd is at its MaxStartups limit")
 
 

@@ -67,6 +67,14 @@ def hold_back(doc: dict[str, Any], worker: int, seconds: int) -> dict[str, Any]:
     return doc
 
 
+def restarts(pod: dict[str, Any]) -> int:
+    """How often the pod's containers, its initContainers among them, were restarted."""
+    statuses = pod["status"].get("initContainerStatuses", []) + pod["status"].get(
+        "containerStatuses", []
+    )
+    return sum(s.get("restartCount", 0) for s in statuses)
+
+
 def without_init(doc: dict[str, Any]) -> dict[str, Any]:
     """The launcher without its initContainers (the control: the same job without mpiwait)."""
     doc = copy.deepcopy(doc)
@@ -76,6 +84,13 @@ def without_init(doc: dict[str, Any]) -> dict[str, Any]:
 
 class Jobs:
     """One namespace of a Cluster, for one test."""
+
+    KIND = "mpijob"  # the job's resource, as kubectl names it
+    SUCCEEDED = "Succeeded"  # the condition of a job that succeeded
+    # A job's launcher and worker pods (label selectors) and its launcher's Job, for ``job``.
+    LAUNCHER_PODS = f"{LAUNCHER},training.kubeflow.org/job-name={{job}}"
+    WORKER_PODS = f"{WORKER},training.kubeflow.org/job-name={{job}}"
+    LAUNCHER_JOB = "{job}-launcher"
 
     def __init__(self, cluster: Cluster, namespace: str) -> None:
         self.cluster = cluster
@@ -104,10 +119,10 @@ class Jobs:
         self.kubectl("patch", kind, name, "--type=merge", "-p", json.dumps(patch))
 
     def condition(self, job: str) -> str | None:
-        """ "Succeeded" or "Failed" once the MPIJob has finished, else None."""
-        status = self.get("mpijob", job).get("status", {})
+        """``SUCCEEDED`` or "Failed" once the job has finished, else None."""
+        status = self.get(self.KIND, job).get("status", {})
         for c in status.get("conditions", []):
-            if c["type"] in ("Succeeded", "Failed") and c["status"] == "True":
+            if c["type"] in (self.SUCCEEDED, "Failed") and c["status"] == "True":
                 return str(c["type"])
         return None
 
@@ -118,7 +133,8 @@ class Jobs:
             if done:
                 return done
             time.sleep(1)
-        raise ClusterError(f"MPIJob {job} not finished in {timeout:.0f} s:\n{self.describe(job)}")
+        said = self.describe(job)
+        raise ClusterError(f"{self.KIND} {job} not finished in {timeout:.0f} s:\n{said}")
 
     def wait_for(self, what: str, ready: Any, timeout: float = 180) -> Any:
         deadline = time.monotonic() + timeout
@@ -135,13 +151,13 @@ class Jobs:
         return sorted(items, key=lambda p: p["metadata"]["creationTimestamp"])
 
     def launcher_pods(self, job: str) -> list[dict[str, Any]]:
-        return self.pods(f"{LAUNCHER},training.kubeflow.org/job-name={job}")
+        return self.pods(self.LAUNCHER_PODS.format(job=job))
 
     def worker_pods(self, job: str) -> list[dict[str, Any]]:
-        return self.pods(f"{WORKER},training.kubeflow.org/job-name={job}")
+        return self.pods(self.WORKER_PODS.format(job=job))
 
     def launcher_job(self, job: str) -> dict[str, Any]:
-        got = self.get("job", f"{job}-launcher")
+        got = self.get("job", self.LAUNCHER_JOB.format(job=job))
         assert isinstance(got, dict)
         return got
 

@@ -69,24 +69,11 @@ def hold_back(runtime: dict[str, Any], node: int, seconds: int) -> dict[str, Any
 class TrainJobs(Jobs):
     """One namespace of a Cluster running JobSet and Trainer, for one test."""
 
-    def condition(self, job: str) -> str | None:
-        """ "Complete" or "Failed" once the TrainJob has finished, else None."""
-        status = self.get("trainjob", job).get("status", {})
-        for c in status.get("conditions", []):
-            if c["type"] in ("Complete", "Failed") and c["status"] == "True":
-                return str(c["type"])
-        return None
-
-    def launcher_pods(self, job: str) -> list[dict[str, Any]]:
-        return self.pods(f"{JOBSET}={job},{RJOB}=launcher")
-
-    def worker_pods(self, job: str) -> list[dict[str, Any]]:
-        return self.pods(f"{JOBSET}={job},{RJOB}=node")
-
-    def launcher_job(self, job: str) -> dict[str, Any]:
-        got = self.get("job", f"{job}-launcher-0")
-        assert isinstance(got, dict)
-        return got
+    KIND = "trainjob"
+    SUCCEEDED = "Complete"
+    LAUNCHER_PODS = f"{JOBSET}={{job}},{RJOB}=launcher"
+    WORKER_PODS = f"{JOBSET}={{job}},{RJOB}=node"
+    LAUNCHER_JOB = "{job}-launcher-0"
 
     def describe(self, job: str) -> str:
         said = [self.kubectl("get", "trainjob,jobset", "-o", "wide", check=False).stdout]
