@@ -1,10 +1,10 @@
-"""What ``mpiwait --version`` reports: the build and the run-time a bug report needs.
+"""What ``mpiwait --version`` reports: the build and the run-time a bug report needs, as data
+and as text (the CLI writes the JSON form with the other JSON records).
 
-Cheap on purpose (scenario 3 of the benchmarks times ``--version``): a distribution's version is
-read from the name of its ``NAME-VERSION.dist-info`` directory on sys.path, never by importing
-paramiko or cryptography, and importlib.metadata only as the fallback (docs/performance.md). The
-commit comes from ``mpiwait/_build.py``, which a release build writes (scripts/stamp-build);
-nothing here runs git.
+A distribution's version is read from the name of its ``NAME-VERSION.dist-info`` directory on
+sys.path: it must not import paramiko or cryptography, and importlib.metadata only as the
+fallback (docs/performance.md). The commit comes from ``mpiwait/_build.py``, which a release
+build writes (scripts/stamp-build); nothing here runs git.
 """
 
 from __future__ import annotations
@@ -38,7 +38,8 @@ def _distribution_version(name: str) -> str:
     found = dist_info_version(name)
     if found is not None:
         return found
-    from importlib import metadata  # not a wheel install (egg-info): the slow, general way
+    # Imported only for an install without dist-info (egg-info): it loads email and zipfile.
+    from importlib import metadata
 
     try:
         return metadata.version(name)
@@ -70,7 +71,7 @@ def build_info() -> dict[str, str]:
 
 
 def version_text(info: dict[str, str]) -> str:
-    """The text form: click's first line as before, then one ``key: value`` line a field."""
+    """The text form: click's own version line, then one ``key: value`` line a field."""
     lines = [f"mpiwait, version {info['version']}"]
     commit = info["commit"]
     if commit == "unknown":
@@ -81,10 +82,3 @@ def version_text(info: dict[str, str]) -> str:
     lines.append(", ".join(f"{name}: {info[name]}" for name in DEPENDENCIES))
     lines.append(f"platform: {info['platform']}, libc {info['libc']}")
     return "\n".join(lines) + "\n"
-
-
-def version_json(info: dict[str, str]) -> str:
-    """One JSON object on one line, a record of --log-format json (docs/events.schema.json)."""
-    from mpiwait.output.jsonl import json_record  # only for this form: the text form stays light
-
-    return json_record("version", **info) + "\n"

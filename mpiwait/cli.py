@@ -1,24 +1,26 @@
-"""Command line and MPIWAIT_* environment → Settings; our error types → exit codes.
+"""Command line and MPIWAIT_* environment → one Run (every default applied here, once); our
+error types → exit codes.
 
-This module is the only one that knows click. Everything after parsing is ``run(settings)``,
-which wires sources → hosts → probes → waiter → report → exec and returns an exit status.
+This module is the only one that knows click. ``main`` parses, then hands the Run to its mode
+(``run_mode``: modes/wait.py, list_ready.py or dry_run.py) and turns what comes back into an
+exit status.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TypeVar
 
 import click
 
+from mpiwait import about
 from mpiwait.errors import ExitCode, Interrupted, MpiwaitError, interrupted_status
+from mpiwait.output.termination import write_termination_log
 from mpiwait.settings import (
     BACKOFF_DOUBLING,
     BACKOFF_GRACE,
@@ -46,12 +48,9 @@ from mpiwait.settings import (
     ProbeOptions,
     RetryPolicy,
     Run,
-    Settings,
     SourceOptions,
     WaitPolicy,
 )
-
-_Options = TypeVar("_Options", SourceOptions, ProbeOptions)
 
 CONTEXT = {
     "auto_envvar_prefix": "MPIWAIT",
@@ -278,7 +277,7 @@ def command_line(
     quiet: bool,
     termination_log: Path,
     launch_env: bool,
-) -> Settings:
+) -> Run:
     """Wait until every MPI worker accepts an SSH login, then exec COMMAND.
 
     Hosts come from the hostfile and discover_hosts.sh that mpi-operator mounts at /etc/mpi,
@@ -295,50 +294,61 @@ def command_line(
         raise click.UsageError("--list-ready and --dry-run cannot be combined", ctx)
 
     def explicit(name: str) -> bool:
+        # Named by the user (flag or MPIWAIT_*), even as the default's value: a missing
+        # hostfile is then an error, a missing termination log is created.
         return ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT
 
-    return Settings(
+    return Run(
+        mode=Mode.LIST_READY if list_ready else Mode.DRY_RUN if dry_run else Mode.WAIT,
         command=tuple(command),
-        hostfile=hostfile,
-        hostfile_explicit=explicit("hostfile"),
-        discover_hosts=discover_hosts,
-        discover_explicit=explicit("discover_hosts"),
-        discover_exec=discover_exec,
-        hosts_option=hosts_option,
-        include_self=include_self,
-        check=Check(check),
-        ssh_config=ssh_config,
-        port=port,
-        user=user,
-        identity_files=tuple(identity_files),
-        remote_command=remote_command,
-        timeout=float(timeout),
-        connect_timeout=connect_timeout,
-        retry_initial=retry_initial,
-        retry_max=retry_max,
-        parallel=parallel,
-        probe_rate=float(probe_rate),
-        recheck_after=float(recheck_after),
-        dry_run=dry_run,
-        list_ready=list_ready,
-        log_format=LogFormat(log_format),
-        quiet=quiet,
-        termination_log=termination_log,
-        termination_log_explicit=explicit("termination_log"),
         launch_env=launch_env,
+        sources=SourceOptions(
+            hostfile=hostfile,
+            hostfile_explicit=explicit("hostfile"),
+            discover_hosts=discover_hosts,
+            discover_explicit=explicit("discover_hosts"),
+            discover_exec=discover_exec,
+            hosts_option=hosts_option,
+            include_self=include_self,
+        ),
+        probe=ProbeOptions(
+            check=Check(check),
+            ssh_config=ssh_config,
+            port=port,
+            user=user,
+            identity_files=tuple(identity_files),
+            remote_command=remote_command,
+            connect_timeout=connect_timeout,
+        ),
+        wait=WaitPolicy(
+            timeout=float(timeout),
+            budget=Budget(parallel, float(probe_rate)),
+            retry=_retry_policy(retry_initial, retry_max),
+            reread_interval=SOURCE_REREAD_INTERVAL,
+            permanent_after=PERMANENT_FAILURES_BEFORE_EXIT,
+            status_interval=STATUS_INTERVAL,
+            recheck_after=float(recheck_after) or math.inf,  # 0: never
+        ),
+        output=OutputOptions(
+            log_format=LogFormat(log_format),
+            quiet=quiet,
+            termination_log=termination_log,
+            create_termination_log=explicit("termination_log"),
+        ),
     )
 
 
 def _print_version(ctx: click.Context, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from mpiwait import about
-
     info = about.build_info()
     argv = ctx.obj if isinstance(ctx.obj, list) else []
-    as_json = _chosen_log_format(argv) is LogFormat.JSON
-    text = about.version_json(info) if as_json else about.version_text(info)
-    click.echo(text, nl=False)
+    if _chosen_log_format(argv) is LogFormat.JSON:
+        from mpiwait.output.jsonl import json_record  # the JSON writer only for JSON
+
+        click.echo(json_record("version", **info))
+    else:
+        click.echo(about.version_text(info), nl=False)
     ctx.exit()
 
 
@@ -354,59 +364,23 @@ def _check_retry_window(
         )
 
 
-def resolve(settings: Settings) -> Run:
-    """The command line as the values each part of a run needs, every default applied here."""
-    if settings.list_ready:
-        mode = Mode.LIST_READY
-    else:
-        mode = Mode.DRY_RUN if settings.dry_run else Mode.WAIT
-    return Run(
-        mode=mode,
-        command=settings.command,
-        launch_env=settings.launch_env,
-        sources=_same_fields(SourceOptions, settings),
-        probe=_same_fields(ProbeOptions, settings),
-        wait=WaitPolicy(
-            timeout=settings.timeout,
-            budget=Budget(settings.parallel, settings.probe_rate),
-            retry=_retry_policy(settings),
-            reread_interval=SOURCE_REREAD_INTERVAL,
-            permanent_after=PERMANENT_FAILURES_BEFORE_EXIT,
-            status_interval=STATUS_INTERVAL,
-            recheck_after=settings.recheck_after or math.inf,  # 0: never
-        ),
-        output=OutputOptions(
-            log_format=settings.log_format,
-            quiet=settings.quiet,
-            termination_log=settings.termination_log,
-            create_termination_log=settings.termination_log_explicit,
-        ),
-    )
-
-
-def _same_fields(kind: type[_Options], settings: Settings) -> _Options:
-    """A ``kind`` of the settings' fields of the same names (each is the option as given)."""
-    values = {f.name: getattr(settings, f.name) for f in dataclasses.fields(kind)}
-    return kind(**values)
-
-
-def _retry_policy(settings: Settings) -> RetryPolicy:
+def _retry_policy(retry_initial: float | None, retry_max: float | None) -> RetryPolicy:
     """Neither --retry option: the budget-following schedule under the default envelope; either
-    given: full-jitter backoff over that window, the schedule these options always meant."""
+    given: full-jitter backoff over that window."""
     return RetryPolicy(
-        initial=settings.retry_initial or DEFAULT_RETRY_INITIAL,
-        maximum=settings.retry_max or DEFAULT_RETRY_MAX,
+        initial=retry_initial or DEFAULT_RETRY_INITIAL,
+        maximum=retry_max or DEFAULT_RETRY_MAX,
         floor_dns=RETRY_FLOOR_DNS,
         floor_tcp=RETRY_FLOOR_TCP,
         floor_ssh=RETRY_FLOOR_SSH,
         grace=BACKOFF_GRACE,
         doubling=BACKOFF_DOUBLING,
-        follow_budget=settings.retry_initial is None and settings.retry_max is None,
+        follow_budget=retry_initial is None and retry_max is None,
     )
 
 
-def parse(argv: list[str]) -> Settings | int:
-    """Settings, or the exit status when parsing already answered (help, version, error)."""
+def parse(argv: list[str]) -> Run | int:
+    """The Run, or the exit status when parsing already answered (help, version, error)."""
     try:
         result = command_line.main(args=argv, prog_name="mpiwait", standalone_mode=False, obj=argv)
     except click.exceptions.UsageError as exc:
@@ -416,7 +390,7 @@ def parse(argv: list[str]) -> Settings | int:
             message = f"{message} (from {envvar})"
         if _chosen_log_format(argv) is LogFormat.JSON:
             # A program reading the JSON lines must not meet one line of plain text.
-            from mpiwait.output.jsonl import JsonEvents
+            from mpiwait.output.jsonl import JsonEvents  # the JSON writer only for JSON
 
             JsonEvents().error(message, "see mpiwait --help", exit_code=ExitCode.USAGE)
         else:
@@ -426,7 +400,7 @@ def parse(argv: list[str]) -> Settings | int:
         return interrupted_status("SIGINT")
     except click.exceptions.Exit as exc:
         return exc.exit_code
-    if isinstance(result, Settings):
+    if isinstance(result, Run):
         return result
     return int(result or 0)
 
@@ -466,9 +440,9 @@ def _bad_envvar(exc: click.exceptions.UsageError, argv: list[str]) -> str | None
 def main(argv: list[str] | None = None) -> None:
     """Console entry point: never returns normally and never shows a traceback for our errors."""
     args = sys.argv[1:] if argv is None else argv
-    parsed = parse(args)
-    if not isinstance(parsed, Settings):
-        sys.exit(int(parsed))
+    run = parse(args)
+    if not isinstance(run, Run):
+        sys.exit(int(run))
 
     def on_signal(signum: int, _frame: object) -> None:
         # Raised in the main thread wherever it is (file read, preflight, the waiting loop);
@@ -477,7 +451,6 @@ def main(argv: list[str] | None = None) -> None:
 
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, on_signal)
-    run = resolve(parsed)
     try:
         status = run_mode(run, os.environ)
     except MpiwaitError as exc:
@@ -500,7 +473,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def run_mode(run: Run, environ: Mapping[str, str]) -> int:
-    """The run's mode, by its one entry function; each is imported only when it runs."""
+    """The run's mode, by its one entry function."""
+    # Each mode is imported only when it runs: --help, --version and usage errors load none.
     if run.mode is Mode.LIST_READY:
         from mpiwait.modes.list_ready import list_ready
 
@@ -517,7 +491,7 @@ def run_mode(run: Run, environ: Mapping[str, str]) -> int:
 def _one_line_error(output: OutputOptions, message: str, hint: str | None, status: int) -> None:
     # Through the Reporter, so that with --log-format json an error (a bad key file, a COMMAND
     # that is not found, a malformed hostfile) is a JSON line like every other, not plain text.
-    from mpiwait.output.report import Reporter
+    from mpiwait.output.report import Reporter  # not loaded by --help, --version, usage errors
 
     Reporter(output.log_format).error(message, hint, exit_code=status)
 
@@ -529,8 +503,6 @@ def _leave_termination_log(run: Run, exc: MpiwaitError) -> None:
     --list-ready: horovodrun runs it every second and reports its failures itself."""
     if run.mode is Mode.LIST_READY:
         return
-    from mpiwait.output.termination import write_termination_log
-
     lines = [f"error: {exc.message}"] + ([f"hint: {exc.hint}"] if exc.hint else [])
     output = run.output
     write_termination_log(output.termination_log, lines, create=output.create_termination_log)

@@ -1,6 +1,7 @@
 """mpiwait's defaults and timings (the one place its numbers live; nothing else hard-codes a
-timeout), the command line as parsed (Settings), and the resolved values each part of a run gets
-(Run, and the wait's policy in it). It imports nothing of mpiwait: every layer may import it."""
+timeout), and the resolved values each part of a run gets (Run, and the wait's policy in it),
+which the CLI builds once from the options. It imports nothing of mpiwait: every layer may
+import it."""
 
 from __future__ import annotations
 
@@ -8,7 +9,6 @@ import enum
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 
 
 class Check(str, enum.Enum):
@@ -118,50 +118,13 @@ LIST_READY_ABANDONED_AFTER = 600.0
 DEFAULT_TERMINATION_LOG = Path("/dev/termination-log")
 
 
-@dataclass(frozen=True)
-class Settings:
-    """The command line as given, validated (the CLI builds it; nothing else parses). The CLI
-    resolves it into a Run; nothing past the CLI reads it."""
-
-    command: tuple[str, ...] = ()
-    hostfile: Path | None = DEFAULT_HOSTFILE
-    hostfile_explicit: bool = False  # named by the user: missing is an error, not a skip
-    discover_hosts: Path | None = DEFAULT_DISCOVER_HOSTS
-    discover_explicit: bool = False
-    discover_exec: bool = False
-    hosts_option: str | None = None  # --hosts as given: when set, the files are not read
-    include_self: bool = False
-    check: Check = Check.SSH
-    ssh_config: Path | None = None  # -F: only this file, as with ssh -F
-    port: int | None = None
-    user: str | None = None
-    identity_files: tuple[Path, ...] = ()
-    remote_command: str | None = None
-    timeout: float = DEFAULT_TIMEOUT  # 0: wait forever
-    connect_timeout: float | None = None  # None: ssh config's ConnectTimeout, else the default
-    # None (neither given): the budget-following schedule under the default envelope; either
-    # given: full-jitter backoff over that window, the schedule these options always meant
-    retry_initial: float | None = None
-    retry_max: float | None = None
-    parallel: int = DEFAULT_PARALLEL
-    probe_rate: float = DEFAULT_PROBE_RATE
-    recheck_after: float = DEFAULT_RECHECK_AFTER  # 0: never re-check
-    dry_run: bool = False
-    list_ready: bool = False  # print the hosts that pass now, host[:slots] per line, and exit
-    log_format: LogFormat = LogFormat.TEXT
-    quiet: bool = False
-    termination_log: Path | None = DEFAULT_TERMINATION_LOG
-    termination_log_explicit: bool = False  # named by the user: created if it does not exist
-    launch_env: bool = True  # hand the MPI launch what the wait learned (launch/handover.py)
-
-
 class Mode(str, enum.Enum):
     WAIT = "wait"  # wait, then exec COMMAND or exit 0
     LIST_READY = "list-ready"
     DRY_RUN = "dry-run"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class SourceOptions:
     """Where hosts come from (hosts/sources.py)."""
 
@@ -174,7 +137,7 @@ class SourceOptions:
     include_self: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ProbeOptions:
     """What one attempt checks and how (probe/), and the overrides of ssh_config (openssh/)."""
 
@@ -194,7 +157,7 @@ class ProbeOptions:
         return configured or DEFAULT_CONNECT_TIMEOUT
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class OutputOptions:
     log_format: LogFormat
     quiet: bool
@@ -202,7 +165,7 @@ class OutputOptions:
     create_termination_log: bool  # named by the user: created if it does not exist
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Run:
     """One run, resolved: each part is what one consumer needs, every default applied."""
 
@@ -218,14 +181,15 @@ class Run:
 # The wait's policy, built once by the CLI from the options and the defaults above.
 
 
-class Budget(NamedTuple):
+@dataclass(frozen=True, slots=True)
+class Budget:
     """What the cluster is asked to bear, all hosts together (the wait and --list-ready)."""
 
     parallel: int  # attempts in flight at once
     rate: float  # attempts started per second; 0: no limit
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class RetryPolicy:
     """How long a host waits after an attempt that did not pass (wait/schedule.py)."""
 
@@ -239,7 +203,7 @@ class RetryPolicy:
     follow_budget: bool = True  # False: full jitter under the envelope (explicit --retry-*)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class WaitPolicy:
     timeout: float  # 0: no deadline
     budget: Budget

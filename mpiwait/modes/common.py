@@ -1,5 +1,8 @@
 """What the wait and --dry-run share: the MPI COMMAND launches, the first reading of the host
-sources, and what the launch is handed."""
+sources, and what the launch is handed.
+
+A worker pod imports this module and execs at once: launch/handover.py is imported only in
+the functions that use it."""
 
 from __future__ import annotations
 
@@ -9,10 +12,11 @@ from typing import TYPE_CHECKING
 
 from mpiwait.hosts.sources import HostSources, Snapshot
 from mpiwait.launch.command import ROLE_VARIABLE, is_mpi_launcher
+from mpiwait.launch.launchers import launcher
 from mpiwait.output.report import Reporter
 from mpiwait.settings import Run
 
-if TYPE_CHECKING:  # imported only on the paths that use them
+if TYPE_CHECKING:  # types only: the module itself is imported where it is used
     from mpiwait.launch.handover import Handover, Interface, Launch
 
 
@@ -20,8 +24,7 @@ def recognise_launch(run: Run, environ: Mapping[str, str], reporter: Reporter) -
     """The MPI that COMMAND launches, when mpiwait is to hand it what the wait learned."""
     if not run.command or not run.launch_env:
         return None
-    from mpiwait.launch.handover import recognise
-    from mpiwait.launch.launchers import launcher
+    from mpiwait.launch.handover import recognise  # not on a worker pod's path
 
     launch = recognise(run.command, environ)
     own = launcher(run.command[0])
@@ -72,7 +75,7 @@ def handover_plan(
     self_entries: tuple[str, ...],
 ) -> Handover:
     """What the launch is handed; ``interface`` None: not known (a dry run connects nowhere)."""
-    import socket
+    import socket  # with launch/handover.py, not on a worker pod's path
 
     from mpiwait.launch.handover import plan
 

@@ -18,6 +18,9 @@ from mpiwait.output.plans import (
     print_worker_plan_json,
 )
 from mpiwait.output.report import Reporter
+from mpiwait.probe.attempt import prober_for
+from mpiwait.probe.keys import present_identity_files
+from mpiwait.probe.lookup import lookup_pool
 from mpiwait.settings import LogFormat, Run
 
 
@@ -53,10 +56,6 @@ def dry_run(run: Run, environ: Mapping[str, str]) -> int:
 
 def host_plans(run: Run, names: tuple[str, ...]) -> list[HostPlan]:
     """Each host's settings as the probe will use them."""
-    from mpiwait.probe.attempt import prober_for
-    from mpiwait.probe.keys import present_identity_files
-    from mpiwait.probe.lookup import lookup_pool
-
     _, prober = prober_for(run.probe, lookup_pool(run.wait.budget.parallel))
     plans = []
     for name in names:

@@ -1,18 +1,10 @@
-"""``mpiwait --list-ready``: the hosts that accept an SSH login now, for Horovod elastic.
+"""``mpiwait --list-ready``: the hosts that accept an SSH login now, as ``host[:slots]`` lines on
+stdout, for ``horovodrun --host-discovery-script``, which blacklists a host whose ssh fails.
 
-``horovodrun --host-discovery-script`` runs its script every second and ssh's once into each
-host new to it; a host whose sshd is not up yet fails that ssh and is blacklisted for the rest
-of the job. mpi-operator's discover_hosts.sh lists Running pods, which may have no DNS record or
-sshd yet. This mode reads the same sources as the wait, checks each host once with the same
-probe (config, keys, host key policy), and prints only those that pass, one ``host[:slots]``
-line each on stdout. It never waits for anyone: a source that lists nobody, or hosts that are
-not ready, give fewer lines and exit 0 (a non-zero exit on Horovod's first call fails the job);
-only bad input (no source, a malformed file, an unusable key) exits non-zero.
-
-Recent passes are remembered between calls (probe/readycache.py): between logins, which come every
-10-30 s per host (LIST_READY_RECHECK), a host stays listed while its name resolves to the
-addresses it had when it passed. A steady state of 64 ready hosts then costs 64 name lookups and
-a few logins a call, and no paramiko import at all on the calls where no login is due.
+Reads the same sources and checks each host with the same probe as the wait. It must never
+wait nor fail for hosts that are not ready (fewer lines, exit 0): only bad input exits non-zero.
+Recent passes are remembered between calls (probe/readycache.py): a host stays listed while its
+name resolves as when it passed, so a call where no login is due never loads the login code.
 """
 
 from __future__ import annotations
@@ -29,6 +21,7 @@ from mpiwait.probe import readycache
 from mpiwait.probe.cachedir import cache_dir
 from mpiwait.probe.lookup import LookupPool, LookupTimeout, ResolverBusy, lookup_pool
 from mpiwait.probe.outcome import Outcome, Status, unexpected
+from mpiwait.probe.pace import Pacer
 from mpiwait.settings import LIST_READY_RECHECK, ProbeOptions, Run
 from mpiwait.wait.runner import run_all
 
@@ -134,8 +127,8 @@ def _probe(
 ) -> dict[str, tuple[Outcome, readycache.Entry | None]]:
     """One full attempt at each host, as the wait makes it; for a pass, what it resolved to.
     ``directory``: where connect-only attempts take their turns (probe/pace.py)."""
+    # The login code only when a login is due: most of Horovod's calls every second need none.
     from mpiwait.probe.attempt import prober_for
-    from mpiwait.probe.pace import Pacer
 
     _, prober = prober_for(run.probe, lookups, Pacer(directory))
     prober.preflight(tuple(hosts))  # an unusable key file: exit 3, as for the wait

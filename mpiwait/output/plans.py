@@ -4,15 +4,17 @@ with ``--log-format json`` as one JSON object (event ``plan``)."""
 
 from __future__ import annotations
 
+import shlex
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
+from mpiwait.output.jsonl import json_record
 from mpiwait.output.printable import printable
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class HostPlan:
     """One host's settings as the probe will use them."""
 
@@ -59,8 +61,6 @@ def print_launch_plan(description: str, lines: Iterable[str], out: TextIO | None
 
 def print_worker_plan(role_line: str, command: tuple[str, ...], out: TextIO | None = None) -> None:
     """On a worker: mpiwait would wait for no one, only exec COMMAND (or exit)."""
-    import shlex
-
     out = out if out is not None else sys.stdout
     _write(out, f"# {role_line}: not waiting for any host")
     _write(out, f"exec {shlex.join(command)}" if command else "exit 0")
@@ -76,8 +76,6 @@ def print_plan_json(
 ) -> None:
     """The launcher's plan as one JSON object: hosts, and the launch (which MPI, what it is
     handed) when COMMAND is an MPI launcher."""
-    from mpiwait.output.jsonl import json_record
-
     out = out if out is not None else sys.stdout
     record = json_record(
         "plan",
@@ -107,8 +105,6 @@ def print_worker_plan_json(
     role_line: str, command: tuple[str, ...], out: TextIO | None = None
 ) -> None:
     """On a worker, as one JSON object: no hosts, only what it would exec."""
-    from mpiwait.output.jsonl import json_record
-
     out = out if out is not None else sys.stdout
     record = json_record(
         "plan", role=role_line, hosts=[], sources=[], skipped_self=[], launch=None,

@@ -1,12 +1,10 @@
 """Text as every output can take it: the one rule for what user input may carry into output.
 
-ssh configs, ``ssh -G``'s answers, paths and arguments are decoded with ``surrogateescape``
-(ssh deals in bytes, and a path must still open the same file), so a stray byte such as 0x9b
-travels as a lone surrogate, which no UTF-8 writer accepts; a control character (a vertical
-tab, an escape) would break the one line a message is, or drive the terminal. Where output
-leaves the process, each JSON value passes through ``writable`` (JSON escapes controls
-itself) and each line of text (stderr, the termination log, the dry-run plan) through
-``printable``.
+ssh configs, ``ssh -G``'s answers, paths and arguments are decoded with ``surrogateescape``, so
+a stray byte travels as a lone surrogate, which no UTF-8 writer accepts; a control character
+would break the one line a message is, or drive the terminal. Each JSON value leaving the
+process passes through ``writable`` (JSON escapes controls itself), each line of text (stderr,
+the termination log, the dry-run plan) through ``printable``.
 """
 
 from __future__ import annotations

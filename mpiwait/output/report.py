@@ -11,7 +11,7 @@ from mpiwait.output.text import TextEvents
 from mpiwait.settings import LogFormat
 from mpiwait.wait.events import Event
 
-if TYPE_CHECKING:  # imported for --log-format json only: a text run need not build its class
+if TYPE_CHECKING:  # the type only: the JSON writer is imported for --log-format json
     from mpiwait.output.jsonl import JsonEvents
 
 
@@ -26,7 +26,7 @@ class Reporter:
 
     def __post_init__(self) -> None:
         if self.log_format is LogFormat.JSON:
-            from mpiwait.output.jsonl import JsonEvents
+            from mpiwait.output.jsonl import JsonEvents  # a text run never needs the JSON writer
 
             self._writer = JsonEvents(self.quiet, self.stream)
         else:

@@ -853,11 +853,11 @@ def _passwd_file(dest: Path, inv: Invocation) -> tuple[Path, int, int]:
 def _swap_command(argv: list[str]) -> tuple[list[str], list[str]]:
     """(argv with COMMAND prefixed by echo, COMMAND), split by mpiwait's own parser."""
     from mpiwait.cli import parse
-    from mpiwait.settings import Settings
+    from mpiwait.settings import Run
 
-    settings = parse(argv[1:])
-    assert isinstance(settings, Settings), f"mpiwait rejects the example's arguments: {argv}"
-    command = list(settings.command)
+    run = parse(argv[1:])
+    assert isinstance(run, Run), f"mpiwait rejects the example's arguments: {argv}"
+    command = list(run.command)
     options = argv[: len(argv) - len(command)]
     return [*options, "echo", *command] if command else options, command
 

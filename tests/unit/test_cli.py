@@ -1,4 +1,4 @@
-"""mpiwait.cli: options and MPIWAIT_* variables → Settings, usage errors, and run()'s
+"""mpiwait.cli: options and MPIWAIT_* variables → a Run, usage errors, and the modes'
 timing-independent paths (worker role, no host source, bad input, COMMAND checks, bugs).
 
 No network and no sshd: waiting itself is replaced by a stub where a test gets that far.
@@ -8,31 +8,58 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 import signal
 import socket
 import subprocess
 import sys
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import click
 import pytest
 import testbed
 from click.testing import CliRunner
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import mpiwait
 import mpiwait.cli as cli
 import mpiwait.modes.wait as run_module
+import mpiwait.modes.waiting as waiting_module
 from mpiwait.errors import ExitCode, InputError, Interrupted, LaunchError, PermanentError
 from mpiwait.probe.outcome import Stage
 from mpiwait.settings import (
+    BACKOFF_DOUBLING,
+    BACKOFF_GRACE,
     DEFAULT_DISCOVER_HOSTS,
     DEFAULT_HOSTFILE,
+    DEFAULT_PARALLEL,
+    DEFAULT_PROBE_RATE,
+    DEFAULT_RECHECK_AFTER,
+    DEFAULT_RETRY_INITIAL,
+    DEFAULT_RETRY_MAX,
+    DEFAULT_TERMINATION_LOG,
+    DEFAULT_TIMEOUT,
+    PERMANENT_FAILURES_BEFORE_EXIT,
+    RETRY_FLOOR_DNS,
+    RETRY_FLOOR_SSH,
+    RETRY_FLOOR_TCP,
+    SOURCE_REREAD_INTERVAL,
+    STATUS_INTERVAL,
+    Budget,
     Check,
     LogFormat,
+    Mode,
+    OutputOptions,
+    ProbeOptions,
+    RetryPolicy,
     Run,
-    Settings,
+    SourceOptions,
+    WaitPolicy,
 )
 from mpiwait.wait.events import End, HostState, WaitResult
 
@@ -46,14 +73,75 @@ def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-def parse(*argv: str) -> Settings:
+def parse(*argv: str) -> Run:
     result = cli.parse(list(argv))
-    assert isinstance(result, Settings), result
+    assert isinstance(result, Run), result
     return result
 
 
-def default(**changes: object) -> Settings:
-    return dataclasses.replace(Settings(), **changes)
+# What `mpiwait` runs with, no option and no MPIWAIT_* given: every default spelled out.
+DEFAULT_RUN = Run(
+    mode=Mode.WAIT,
+    command=(),
+    launch_env=True,
+    sources=SourceOptions(
+        hostfile=DEFAULT_HOSTFILE,
+        hostfile_explicit=False,
+        discover_hosts=DEFAULT_DISCOVER_HOSTS,
+        discover_explicit=False,
+        discover_exec=False,
+        hosts_option=None,
+        include_self=False,
+    ),
+    probe=ProbeOptions(
+        check=Check.SSH,
+        ssh_config=None,
+        port=None,
+        user=None,
+        identity_files=(),
+        remote_command=None,
+        connect_timeout=None,
+    ),
+    wait=WaitPolicy(
+        timeout=DEFAULT_TIMEOUT,
+        budget=Budget(parallel=DEFAULT_PARALLEL, rate=DEFAULT_PROBE_RATE),
+        retry=RetryPolicy(
+            initial=DEFAULT_RETRY_INITIAL,
+            maximum=DEFAULT_RETRY_MAX,
+            floor_dns=RETRY_FLOOR_DNS,
+            floor_tcp=RETRY_FLOOR_TCP,
+            floor_ssh=RETRY_FLOOR_SSH,
+            grace=BACKOFF_GRACE,
+            doubling=BACKOFF_DOUBLING,
+            follow_budget=True,
+        ),
+        reread_interval=SOURCE_REREAD_INTERVAL,
+        permanent_after=PERMANENT_FAILURES_BEFORE_EXIT,
+        status_interval=STATUS_INTERVAL,
+        recheck_after=DEFAULT_RECHECK_AFTER,
+    ),
+    output=OutputOptions(
+        log_format=LogFormat.TEXT,
+        quiet=False,
+        termination_log=DEFAULT_TERMINATION_LOG,
+        create_termination_log=False,
+    ),
+)
+
+
+def default(changes: dict[str, object] | None = None) -> Run:
+    """DEFAULT_RUN with the fields at the dotted paths of ``changes`` replaced
+    (``{"probe.port": 22}``)."""
+    run = DEFAULT_RUN
+    for path, value in (changes or {}).items():
+        run = _replaced(run, path.split("."), value)
+    return run
+
+
+def _replaced(parent: Any, path: list[str], value: object) -> Any:
+    head, *rest = path
+    new = _replaced(getattr(parent, head), rest, value) if rest else value
+    return dataclasses.replace(parent, **{head: new})
 
 
 def mpiwait_process(
@@ -76,55 +164,61 @@ def env_name(option: click.Option) -> str:
     return "MPIWAIT_" + long.lstrip("-").replace("-", "_").upper()
 
 
-# --- options → Settings -------------------------------------------------------------------
+# --- options → the Run -------------------------------------------------------------------
 
 OPTION_CASES = [
-    (["--hostfile", "/x/hostfile"], {"hostfile": Path("/x/hostfile"), "hostfile_explicit": True}),
+    (
+        ["--hostfile", "/x/hostfile"],
+        {"sources.hostfile": Path("/x/hostfile"), "sources.hostfile_explicit": True},
+    ),
     (
         ["--discover-hosts", "/x/discover.sh"],
-        {"discover_hosts": Path("/x/discover.sh"), "discover_explicit": True},
+        {"sources.discover_hosts": Path("/x/discover.sh"), "sources.discover_explicit": True},
     ),
-    (["--discover-exec"], {"discover_exec": True}),
-    (["--hosts", "a,b:2"], {"hosts_option": "a,b:2"}),
-    (["--hosts="], {"hosts_option": ""}),
-    (["--include-self"], {"include_self": True}),
-    (["--check", "dns"], {"check": Check.DNS}),
-    (["--check", "tcp"], {"check": Check.TCP}),
-    (["--check", "ssh"], {"check": Check.SSH}),
-    (["-F", "/x/ssh_config"], {"ssh_config": Path("/x/ssh_config")}),
-    (["--ssh-config", "/x/ssh_config"], {"ssh_config": Path("/x/ssh_config")}),
-    (["-p", "2222"], {"port": 2222}),
-    (["--port=65535"], {"port": 65535}),
-    (["-l", "mpiuser"], {"user": "mpiuser"}),
-    (["--user", "mpiuser"], {"user": "mpiuser"}),
-    (["-i", "/k/one"], {"identity_files": (Path("/k/one"),)}),
+    (["--discover-exec"], {"sources.discover_exec": True}),
+    (["--hosts", "a,b:2"], {"sources.hosts_option": "a,b:2"}),
+    (["--hosts="], {"sources.hosts_option": ""}),
+    (["--include-self"], {"sources.include_self": True}),
+    (["--check", "dns"], {"probe.check": Check.DNS}),
+    (["--check", "tcp"], {"probe.check": Check.TCP}),
+    (["--check", "ssh"], {"probe.check": Check.SSH}),
+    (["-F", "/x/ssh_config"], {"probe.ssh_config": Path("/x/ssh_config")}),
+    (["--ssh-config", "/x/ssh_config"], {"probe.ssh_config": Path("/x/ssh_config")}),
+    (["-p", "2222"], {"probe.port": 2222}),
+    (["--port=65535"], {"probe.port": 65535}),
+    (["-l", "mpiuser"], {"probe.user": "mpiuser"}),
+    (["--user", "mpiuser"], {"probe.user": "mpiuser"}),
+    (["-i", "/k/one"], {"probe.identity_files": (Path("/k/one"),)}),
     (
         ["-i", "/k/one", "--identity-file", "/k/two"],
-        {"identity_files": (Path("/k/one"), Path("/k/two"))},
+        {"probe.identity_files": (Path("/k/one"), Path("/k/two"))},
     ),
-    (["--remote-command", "test -d /data"], {"remote_command": "test -d /data"}),
-    (["--timeout", "30"], {"timeout": 30.0}),
-    (["--timeout", "0"], {"timeout": 0.0}),
-    (["--timeout", "1.5"], {"timeout": 1.5}),
-    (["--connect-timeout", "0.5"], {"connect_timeout": 0.5}),
-    (["--retry-initial", "0.5"], {"retry_initial": 0.5}),
-    (["--retry-max", "10"], {"retry_max": 10.0}),
-    (["--retry-initial", "2", "--retry-max", "2"], {"retry_initial": 2.0, "retry_max": 2.0}),
-    (["--parallel", "1"], {"parallel": 1}),
-    (["--parallel", "4096"], {"parallel": 4096}),
-    (["--probe-rate", "0"], {"probe_rate": 0.0}),
-    (["--probe-rate", "12.5"], {"probe_rate": 12.5}),
-    (["--recheck-after", "0"], {"recheck_after": 0.0}),
-    (["--recheck-after", "0.5"], {"recheck_after": 0.5}),
-    (["--dry-run"], {"dry_run": True}),
-    (["--list-ready"], {"list_ready": True}),
-    (["--log-format", "json"], {"log_format": LogFormat.JSON}),
-    (["--log-format", "text"], {"log_format": LogFormat.TEXT}),
-    (["-q"], {"quiet": True}),
-    (["--quiet"], {"quiet": True}),
+    (["--remote-command", "test -d /data"], {"probe.remote_command": "test -d /data"}),
+    (["--timeout", "30"], {"wait.timeout": 30.0}),
+    (["--timeout", "0"], {"wait.timeout": 0.0}),
+    (["--timeout", "1.5"], {"wait.timeout": 1.5}),
+    (["--connect-timeout", "0.5"], {"probe.connect_timeout": 0.5}),
+    (["--retry-initial", "0.5"], {"wait.retry.initial": 0.5, "wait.retry.follow_budget": False}),
+    (["--retry-max", "10"], {"wait.retry.maximum": 10.0, "wait.retry.follow_budget": False}),
+    (
+        ["--retry-initial", "2", "--retry-max", "2"],
+        {"wait.retry.initial": 2.0, "wait.retry.maximum": 2.0, "wait.retry.follow_budget": False},
+    ),
+    (["--parallel", "1"], {"wait.budget.parallel": 1}),
+    (["--parallel", "4096"], {"wait.budget.parallel": 4096}),
+    (["--probe-rate", "0"], {"wait.budget.rate": 0.0}),
+    (["--probe-rate", "12.5"], {"wait.budget.rate": 12.5}),
+    (["--recheck-after", "0"], {"wait.recheck_after": math.inf}),
+    (["--recheck-after", "0.5"], {"wait.recheck_after": 0.5}),
+    (["--dry-run"], {"mode": Mode.DRY_RUN}),
+    (["--list-ready"], {"mode": Mode.LIST_READY}),
+    (["--log-format", "json"], {"output.log_format": LogFormat.JSON}),
+    (["--log-format", "text"], {"output.log_format": LogFormat.TEXT}),
+    (["-q"], {"output.quiet": True}),
+    (["--quiet"], {"output.quiet": True}),
     (
         ["--termination-log", "/x/log"],
-        {"termination_log": Path("/x/log"), "termination_log_explicit": True},
+        {"output.termination_log": Path("/x/log"), "output.create_termination_log": True},
     ),
     (["--no-launch-env"], {"launch_env": False}),
     (["--launch-env"], {"launch_env": True}),
@@ -132,19 +226,13 @@ OPTION_CASES = [
 
 
 def test_defaults() -> None:
-    settings = parse()
-    assert settings == Settings()
-    assert settings.hostfile == DEFAULT_HOSTFILE
-    assert settings.discover_hosts == DEFAULT_DISCOVER_HOSTS
-    assert settings.hostfile_explicit is False
-    assert settings.discover_explicit is False
-    assert settings.command == ()
+    assert parse() == DEFAULT_RUN
 
 
 @pytest.mark.parametrize(("argv", "changes"), OPTION_CASES, ids=lambda v: " ".join(v))
-def test_option_maps_into_settings(argv: list[str], changes: dict) -> None:
+def test_option_maps_into_the_run(argv: list[str], changes: dict) -> None:
     # Exactly the named fields change; every other one keeps its default.
-    assert parse(*argv) == default(**changes)
+    assert parse(*argv) == default(changes)
 
 
 def test_every_option_is_covered_by_the_table() -> None:
@@ -153,16 +241,16 @@ def test_every_option_is_covered_by_the_table() -> None:
         assert given & set(option.opts), f"no test for {option.opts}"
 
 
-def test_command_line_runner_returns_settings() -> None:
+def test_command_line_runner_returns_the_run() -> None:
     result = CliRunner().invoke(
         cli.command_line, ["--timeout", "5", "mpirun", "-np", "2"], standalone_mode=False
     )
     assert result.exit_code == 0, result.output
-    assert result.return_value == default(timeout=5.0, command=("mpirun", "-np", "2"))
+    assert result.return_value == default({"wait.timeout": 5.0, "command": ("mpirun", "-np", "2")})
 
 
 def test_all_options_together() -> None:
-    settings = parse(
+    resolved = parse(
         "--hostfile=/h",
         "--discover-hosts=/d",
         "--discover-exec",
@@ -185,87 +273,92 @@ def test_all_options_together() -> None:
         "--termination-log=/t",
         "mpirun",
     )
-    assert settings == Settings(
-        command=("mpirun",),
-        hostfile=Path("/h"),
-        hostfile_explicit=True,
-        discover_hosts=Path("/d"),
-        discover_explicit=True,
-        discover_exec=True,
-        hosts_option=None,
-        include_self=True,
-        check=Check.TCP,
-        ssh_config=Path("/c"),
-        port=22,
-        user="bob",
-        identity_files=(Path("/k"),),
-        remote_command="true",
-        timeout=9.0,
-        connect_timeout=1.0,
-        retry_initial=0.2,
-        retry_max=3.0,
-        parallel=7,
-        probe_rate=5.0,
-        dry_run=True,
-        log_format=LogFormat.JSON,
-        quiet=True,
-        termination_log=Path("/t"),
-        termination_log_explicit=True,
+    assert resolved == default(
+        {
+            "command": ("mpirun",),
+            "mode": Mode.DRY_RUN,
+            "sources.hostfile": Path("/h"),
+            "sources.hostfile_explicit": True,
+            "sources.discover_hosts": Path("/d"),
+            "sources.discover_explicit": True,
+            "sources.discover_exec": True,
+            "sources.include_self": True,
+            "probe.check": Check.TCP,
+            "probe.ssh_config": Path("/c"),
+            "probe.port": 22,
+            "probe.user": "bob",
+            "probe.identity_files": (Path("/k"),),
+            "probe.remote_command": "true",
+            "probe.connect_timeout": 1.0,
+            "wait.timeout": 9.0,
+            "wait.retry.initial": 0.2,
+            "wait.retry.maximum": 3.0,
+            "wait.retry.follow_budget": False,
+            "wait.budget.parallel": 7,
+            "wait.budget.rate": 5.0,
+            "output.log_format": LogFormat.JSON,
+            "output.quiet": True,
+            "output.termination_log": Path("/t"),
+            "output.create_termination_log": True,
+        }
     )
 
 
 # --- MPIWAIT_* environment -------------------------------------------------------------------
 
 ENV_CASES = [
-    ({"MPIWAIT_HOSTFILE": "/e/hostfile"}, {"hostfile": Path("/e/hostfile")}),
-    ({"MPIWAIT_DISCOVER_HOSTS": "/e/d.sh"}, {"discover_hosts": Path("/e/d.sh")}),
-    ({"MPIWAIT_DISCOVER_EXEC": "1"}, {"discover_exec": True}),
-    ({"MPIWAIT_HOSTS": "w1,w2"}, {"hosts_option": "w1,w2"}),
-    ({"MPIWAIT_INCLUDE_SELF": "true"}, {"include_self": True}),
-    ({"MPIWAIT_CHECK": "tcp"}, {"check": Check.TCP}),
-    ({"MPIWAIT_SSH_CONFIG": "/e/config"}, {"ssh_config": Path("/e/config")}),
-    ({"MPIWAIT_PORT": "2222"}, {"port": 2222}),
-    ({"MPIWAIT_USER": "mpiuser"}, {"user": "mpiuser"}),
-    ({"MPIWAIT_IDENTITY_FILE": "/k/a"}, {"identity_files": (Path("/k/a"),)}),
+    ({"MPIWAIT_HOSTFILE": "/e/hostfile"}, {"sources.hostfile": Path("/e/hostfile")}),
+    ({"MPIWAIT_DISCOVER_HOSTS": "/e/d.sh"}, {"sources.discover_hosts": Path("/e/d.sh")}),
+    ({"MPIWAIT_DISCOVER_EXEC": "1"}, {"sources.discover_exec": True}),
+    ({"MPIWAIT_HOSTS": "w1,w2"}, {"sources.hosts_option": "w1,w2"}),
+    ({"MPIWAIT_INCLUDE_SELF": "true"}, {"sources.include_self": True}),
+    ({"MPIWAIT_CHECK": "tcp"}, {"probe.check": Check.TCP}),
+    ({"MPIWAIT_SSH_CONFIG": "/e/config"}, {"probe.ssh_config": Path("/e/config")}),
+    ({"MPIWAIT_PORT": "2222"}, {"probe.port": 2222}),
+    ({"MPIWAIT_USER": "mpiuser"}, {"probe.user": "mpiuser"}),
+    ({"MPIWAIT_IDENTITY_FILE": "/k/a"}, {"probe.identity_files": (Path("/k/a"),)}),
     (
         {"MPIWAIT_IDENTITY_FILE": "/k/a /k/b  /k/c"},
-        {"identity_files": (Path("/k/a"), Path("/k/b"), Path("/k/c"))},
+        {"probe.identity_files": (Path("/k/a"), Path("/k/b"), Path("/k/c"))},
     ),
-    ({"MPIWAIT_REMOTE_COMMAND": "test -d /data"}, {"remote_command": "test -d /data"}),
-    ({"MPIWAIT_TIMEOUT": "300"}, {"timeout": 300.0}),
-    ({"MPIWAIT_CONNECT_TIMEOUT": "2.5"}, {"connect_timeout": 2.5}),
-    ({"MPIWAIT_RETRY_INITIAL": "0.5"}, {"retry_initial": 0.5}),
-    ({"MPIWAIT_RETRY_MAX": "5"}, {"retry_max": 5.0}),
-    ({"MPIWAIT_PARALLEL": "16"}, {"parallel": 16}),
-    ({"MPIWAIT_PROBE_RATE": "50"}, {"probe_rate": 50.0}),
-    ({"MPIWAIT_RECHECK_AFTER": "2"}, {"recheck_after": 2.0}),
-    ({"MPIWAIT_DRY_RUN": "1"}, {"dry_run": True}),
-    ({"MPIWAIT_LIST_READY": "1"}, {"list_ready": True}),
-    ({"MPIWAIT_LOG_FORMAT": "json"}, {"log_format": LogFormat.JSON}),
-    ({"MPIWAIT_QUIET": "yes"}, {"quiet": True}),
+    ({"MPIWAIT_REMOTE_COMMAND": "test -d /data"}, {"probe.remote_command": "test -d /data"}),
+    ({"MPIWAIT_TIMEOUT": "300"}, {"wait.timeout": 300.0}),
+    ({"MPIWAIT_CONNECT_TIMEOUT": "2.5"}, {"probe.connect_timeout": 2.5}),
+    (
+        {"MPIWAIT_RETRY_INITIAL": "0.5"},
+        {"wait.retry.initial": 0.5, "wait.retry.follow_budget": False},
+    ),
+    ({"MPIWAIT_RETRY_MAX": "5"}, {"wait.retry.maximum": 5.0, "wait.retry.follow_budget": False}),
+    ({"MPIWAIT_PARALLEL": "16"}, {"wait.budget.parallel": 16}),
+    ({"MPIWAIT_PROBE_RATE": "50"}, {"wait.budget.rate": 50.0}),
+    ({"MPIWAIT_RECHECK_AFTER": "2"}, {"wait.recheck_after": 2.0}),
+    ({"MPIWAIT_DRY_RUN": "1"}, {"mode": Mode.DRY_RUN}),
+    ({"MPIWAIT_LIST_READY": "1"}, {"mode": Mode.LIST_READY}),
+    ({"MPIWAIT_LOG_FORMAT": "json"}, {"output.log_format": LogFormat.JSON}),
+    ({"MPIWAIT_QUIET": "yes"}, {"output.quiet": True}),
     (
         {"MPIWAIT_TERMINATION_LOG": "/e/log"},
-        {"termination_log": Path("/e/log"), "termination_log_explicit": True},
+        {"output.termination_log": Path("/e/log"), "output.create_termination_log": True},
     ),
     ({"MPIWAIT_LAUNCH_ENV": "0"}, {"launch_env": False}),
     ({"MPIWAIT_LAUNCH_ENV": "false"}, {"launch_env": False}),
 ]
 EXPLICIT_BY_ENV = {
-    "MPIWAIT_HOSTFILE": {"hostfile_explicit": True},
-    "MPIWAIT_DISCOVER_HOSTS": {"discover_explicit": True},
+    "MPIWAIT_HOSTFILE": {"sources.hostfile_explicit": True},
+    "MPIWAIT_DISCOVER_HOSTS": {"sources.discover_explicit": True},
 }
 
 
 @pytest.mark.parametrize(
     ("env", "changes"), ENV_CASES, ids=lambda v: " ".join(f"{k}={v[k]}" for k in v)
 )
-def test_environment_maps_into_settings(
+def test_environment_maps_into_the_run(
     monkeypatch: pytest.MonkeyPatch, env: dict[str, str], changes: dict
 ) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
         changes = {**changes, **EXPLICIT_BY_ENV.get(name, {})}
-    assert parse() == default(**changes)
+    assert parse() == default(changes)
 
 
 def test_every_option_has_its_mpiwait_variable(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -278,8 +371,8 @@ def test_every_option_has_its_mpiwait_variable(monkeypatch: pytest.MonkeyPatch) 
 def test_false_flag_values_from_environment(monkeypatch: pytest.MonkeyPatch, value: str) -> None:
     for name in ("MPIWAIT_DRY_RUN", "MPIWAIT_QUIET", "MPIWAIT_INCLUDE_SELF"):
         monkeypatch.setenv(name, value)
-    settings = parse()
-    assert (settings.dry_run, settings.quiet, settings.include_self) == (False, False, False)
+    run = parse()
+    assert (run.mode, run.output.quiet, run.sources.include_self) == (Mode.WAIT, False, False)
 
 
 def test_environment_does_not_supply_the_command(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -290,24 +383,24 @@ def test_environment_does_not_supply_the_command(monkeypatch: pytest.MonkeyPatch
 @pytest.mark.parametrize(
     ("env", "argv", "changes"),
     [
-        ({"MPIWAIT_TIMEOUT": "300"}, ["--timeout", "5"], {"timeout": 5.0}),
-        ({"MPIWAIT_CHECK": "dns"}, ["--check", "tcp"], {"check": Check.TCP}),
-        ({"MPIWAIT_PORT": "2222"}, ["-p", "22"], {"port": 22}),
-        ({"MPIWAIT_HOSTS": "a,b"}, ["--hosts", "c"], {"hosts_option": "c"}),
+        ({"MPIWAIT_TIMEOUT": "300"}, ["--timeout", "5"], {"wait.timeout": 5.0}),
+        ({"MPIWAIT_CHECK": "dns"}, ["--check", "tcp"], {"probe.check": Check.TCP}),
+        ({"MPIWAIT_PORT": "2222"}, ["-p", "22"], {"probe.port": 22}),
+        ({"MPIWAIT_HOSTS": "a,b"}, ["--hosts", "c"], {"sources.hosts_option": "c"}),
         (
             {"MPIWAIT_IDENTITY_FILE": "/k/a /k/b"},
             ["-i", "/k/c"],
-            {"identity_files": (Path("/k/c"),)},
+            {"probe.identity_files": (Path("/k/c"),)},
         ),
         (
             {"MPIWAIT_HOSTFILE": "/e/h"},
             ["--hostfile", "/f/h"],
-            {"hostfile": Path("/f/h"), "hostfile_explicit": True},
+            {"sources.hostfile": Path("/f/h"), "sources.hostfile_explicit": True},
         ),
         ({"MPIWAIT_LOG_FORMAT": "json"}, ["--log-format", "text"], {}),
-        ({"MPIWAIT_QUIET": "0"}, ["-q"], {"quiet": True}),
+        ({"MPIWAIT_QUIET": "0"}, ["-q"], {"output.quiet": True}),
         # A bad variable does not matter when the flag overrides it.
-        ({"MPIWAIT_TIMEOUT": "not-a-number"}, ["--timeout", "7"], {"timeout": 7.0}),
+        ({"MPIWAIT_TIMEOUT": "not-a-number"}, ["--timeout", "7"], {"wait.timeout": 7.0}),
     ],
 )
 def test_flags_win_over_environment(
@@ -315,35 +408,41 @@ def test_flags_win_over_environment(
 ) -> None:
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    assert parse(*argv) == default(**changes)
+    assert parse(*argv) == default(changes)
 
 
 def test_environment_and_flags_combine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MPIWAIT_TIMEOUT", "300")
     monkeypatch.setenv("MPIWAIT_QUIET", "1")
     assert parse("--check", "tcp", "mpirun") == default(
-        timeout=300.0, quiet=True, check=Check.TCP, command=("mpirun",)
+        {
+            "wait.timeout": 300.0,
+            "output.quiet": True,
+            "probe.check": Check.TCP,
+            "command": ("mpirun",),
+        }
     )
 
 
 # --- explicit host sources ------------------------------------------------------------------
 
 
+def explicit(*argv: str) -> tuple[bool, bool]:
+    sources = parse(*argv).sources
+    return sources.hostfile_explicit, sources.discover_explicit
+
+
 def test_explicit_sources(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert (parse().hostfile_explicit, parse().discover_explicit) == (False, False)
-    flags = parse("--hostfile", "/h")
-    assert (flags.hostfile_explicit, flags.discover_explicit) == (True, False)
-    flags = parse("--discover-hosts", "/d")
-    assert (flags.hostfile_explicit, flags.discover_explicit) == (False, True)
+    assert explicit() == (False, False)
+    assert explicit("--hostfile", "/h") == (True, False)
+    assert explicit("--discover-hosts", "/d") == (False, True)
     # Naming the default path is still naming it: missing becomes an error.
-    same = parse(
+    assert explicit(
         "--hostfile", str(DEFAULT_HOSTFILE), "--discover-hosts", str(DEFAULT_DISCOVER_HOSTS)
-    )
-    assert (same.hostfile_explicit, same.discover_explicit) == (True, True)
+    ) == (True, True)
     monkeypatch.setenv("MPIWAIT_HOSTFILE", "/e/h")
     monkeypatch.setenv("MPIWAIT_DISCOVER_HOSTS", "/e/d")
-    env = parse()
-    assert (env.hostfile_explicit, env.discover_explicit) == (True, True)
+    assert explicit() == (True, True)
 
 
 # --- the COMMAND ---------------------------------------------------------------------------
@@ -360,12 +459,12 @@ def test_explicit_sources(monkeypatch: pytest.MonkeyPatch) -> None:
         (
             ["--timeout", "5", "mpirun", "-x", "FOO", "--timeout", "9", "-q"],
             ("mpirun", "-x", "FOO", "--timeout", "9", "-q"),
-            {"timeout": 5.0},
+            {"wait.timeout": 5.0},
         ),
         (["--", "mpirun", "-np", "4"], ("mpirun", "-np", "4"), {}),
         (["--", "--looks-like-an-option"], ("--looks-like-an-option",), {}),
         (["mpirun", "--", "a", "--"], ("mpirun", "--", "a", "--"), {}),
-        (["-q", "--", "--"], ("--",), {"quiet": True}),
+        (["-q", "--", "--"], ("--",), {"output.quiet": True}),
         (["sh", "-c", "echo $$"], ("sh", "-c", "echo $$"), {}),
         (["mpirun", "--help"], ("mpirun", "--help"), {}),
         (["mpirun", "-h"], ("mpirun", "-h"), {}),
@@ -374,13 +473,13 @@ def test_explicit_sources(monkeypatch: pytest.MonkeyPatch) -> None:
         (["mpirun", "--bogus"], ("mpirun", "--bogus"), {}),
         (["mpirun", "--hosts", "x", "-p", "1"], ("mpirun", "--hosts", "x", "-p", "1"), {}),
         (["mpirun", "", " spaced  arg "], ("mpirun", "", " spaced  arg "), {}),
-        (["--hosts=a", "mpirun"], ("mpirun",), {"hosts_option": "a"}),
+        (["--hosts=a", "mpirun"], ("mpirun",), {"sources.hosts_option": "a"}),
     ],
 )
 def test_command_is_everything_after_the_first_non_option(
     argv: list[str], command: tuple[str, ...], changes: dict
 ) -> None:
-    assert parse(*argv) == default(command=command, **changes)
+    assert parse(*argv) == default({"command": command, **changes})
 
 
 @pytest.mark.parametrize(
@@ -510,8 +609,6 @@ def test_every_bad_input_in_a_subprocess_is_exit_2_and_one_line() -> None:
 
 
 def _installed(name: str) -> str:
-    from importlib import metadata
-
     return metadata.version(name)
 
 
@@ -603,9 +700,9 @@ def test_help_lists_every_option(capsys: pytest.CaptureFixture[str], flag: str) 
         assert word in out
 
 
-def run(settings: Settings, environ: dict[str, str]) -> int:
-    """One run as main() makes it: resolved, then its mode's entry."""
-    return cli.run_mode(cli.resolve(settings), environ)
+def run(resolved: Run, environ: dict[str, str]) -> int:
+    """One run as main() makes it: its mode's entry."""
+    return cli.run_mode(resolved, environ)
 
 
 # --- run(): the worker role ---------------------------------------------------------------
@@ -616,14 +713,14 @@ def _no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("must not get this far")
 
     monkeypatch.setattr(run_module.HostSources, "from_options", fail)
-    monkeypatch.setattr(run_module, "_wait", fail)
+    monkeypatch.setattr(waiting_module, "_wait", fail)
 
 
 def test_worker_without_command_exits_0_at_once(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _no_waiting(monkeypatch)
-    assert run(Settings(), {ROLE: "worker"}) == ExitCode.OK
+    assert run(parse(), {ROLE: "worker"}) == ExitCode.OK
     assert "K_MPI_JOB_ROLE=worker: nothing to wait for" in capsys.readouterr().err
 
 
@@ -631,7 +728,7 @@ def test_worker_without_command_quiet_says_nothing(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     _no_waiting(monkeypatch)
-    assert run(Settings(quiet=True), {ROLE: "worker"}) == ExitCode.OK
+    assert run(parse("-q"), {ROLE: "worker"}) == ExitCode.OK
     assert capsys.readouterr().err == ""
 
 
@@ -645,14 +742,14 @@ def test_worker_with_command_execs_it_without_waiting(monkeypatch: pytest.Monkey
 
     monkeypatch.setattr(run_module, "exec_command", fake_exec)
     with pytest.raises(SystemExit):
-        run(Settings(command=("mpirun", "-np", "2")), {ROLE: "worker"})
+        run(parse("mpirun", "-np", "2"), {ROLE: "worker"})
     assert execs == [("mpirun", "-np", "2")]
 
 
 def test_worker_with_missing_command_is_127(monkeypatch: pytest.MonkeyPatch) -> None:
     _no_waiting(monkeypatch)
     with pytest.raises(LaunchError) as info:
-        run(Settings(command=("/nonexistent/mpiwait-cmd",)), {ROLE: "worker"})
+        run(parse("/nonexistent/mpiwait-cmd"), {ROLE: "worker"})
     assert info.value.exit_code == ExitCode.NOT_FOUND
 
 
@@ -668,6 +765,18 @@ def test_worker_subprocess_without_command() -> None:
     assert proc.stderr == "mpiwait: K_MPI_JOB_ROLE=worker: nothing to wait for\n"
 
 
+def test_worker_loads_neither_the_probes_nor_the_loop() -> None:
+    """A worker pod's COMMAND is often the sshd the launcher waits for: it starts at once."""
+    code = (
+        "import sys, mpiwait.cli as c; "
+        "status = c.run_mode(c.parse(['-q']), {'K_MPI_JOB_ROLE': 'worker'}); "
+        "heavy = [m for m in ('mpiwait.modes.waiting', 'mpiwait.probe.attempt', "
+        "'mpiwait.wait.loop', 'mpiwait.launch.handover', 'paramiko', 'tenacity') "
+        "if m in sys.modules]; print(status, heavy)"
+    )
+    assert _last_line_of_python(code) == "0 []"
+
+
 # --- run(): the launcher waits -------------------------------------------------------------
 
 
@@ -679,7 +788,7 @@ class WaitStub:
         self.signal_name = signal_name
         self.calls: list[tuple[str, ...]] = []
 
-    def __call__(self, settings, sources, names, prober, reporter, *_queue_and_kept) -> WaitResult:
+    def __call__(self, run, sources, names, prober, reporter, *_queue_and_kept) -> WaitResult:
         self.calls.append(names)
         stage = Stage.READY if self.end is End.READY else Stage.TCP
         hosts = tuple(HostState(n, stage, "" if stage is Stage.READY else "refused") for n in names)
@@ -691,9 +800,8 @@ def test_launcher_waits_as_usual(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], role: str
 ) -> None:
     stub = WaitStub(End.READY)
-    monkeypatch.setattr(run_module, "_wait", stub)
-    settings = Settings(hosts_option="w1,w2", check=Check.TCP)
-    assert run(settings, {ROLE: role}) == ExitCode.OK
+    monkeypatch.setattr(waiting_module, "_wait", stub)
+    assert run(parse("--hosts", "w1,w2", "--check", "tcp"), {ROLE: role}) == ExitCode.OK
     assert stub.calls == [("w1", "w2")]
     err = capsys.readouterr().err
     assert "waiting for 2 hosts (--hosts (2 hosts)) to pass the tcp check" in err
@@ -708,12 +816,11 @@ def test_launcher_execs_the_command_after_the_wait(monkeypatch: pytest.MonkeyPat
         order.append("wait")
         return stub(*args)
 
-    monkeypatch.setattr(run_module, "_wait", wait)
+    monkeypatch.setattr(waiting_module, "_wait", wait)
     monkeypatch.setattr(
-        run_module, "exec_command", lambda argv, env=None: order.append(f"exec {argv}")
+        waiting_module, "exec_command", lambda argv, env=None: order.append(f"exec {argv}")
     )
-    settings = Settings(hosts_option="w1", check=Check.TCP, command=("sh", "-c", "true"))
-    assert run(settings, {}) == ExitCode.OK
+    assert run(parse("--hosts", "w1", "--check", "tcp", "sh", "-c", "true"), {}) == ExitCode.OK
     assert order == ["wait", "exec ('sh', '-c', 'true')"]
 
 
@@ -732,12 +839,21 @@ def test_failed_wait_status_and_termination_log(
     signal_name: str | None,
     status: int,
 ) -> None:
-    monkeypatch.setattr(run_module, "_wait", WaitStub(end, signal_name))
-    monkeypatch.setattr(run_module, "exec_command", lambda argv: pytest.fail("exec after failure"))
+    monkeypatch.setattr(waiting_module, "_wait", WaitStub(end, signal_name))
+    monkeypatch.setattr(
+        waiting_module, "exec_command", lambda argv: pytest.fail("exec after failure")
+    )
     log = tmp_path / "termination-log"
     log.touch()
-    settings = Settings(hosts_option="w1", check=Check.TCP, termination_log=log, command=("sh",))
-    assert run(settings, {}) == status
+    resolved = default(
+        {
+            "sources.hosts_option": "w1",
+            "probe.check": Check.TCP,
+            "output.termination_log": log,
+            "command": ("sh",),
+        }
+    )
+    assert run(resolved, {}) == status
     text = log.read_text()
     assert "1 of 1 host not ready" in text
     assert "w1" in text
@@ -746,11 +862,9 @@ def test_failed_wait_status_and_termination_log(
 def test_dry_run_skips_the_command_check_and_the_wait(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setattr(run_module, "_wait", WaitStub(End.TIMEOUT))
-    settings = Settings(
-        hosts_option="w1", check=Check.TCP, dry_run=True, command=("mpiwait-no-such-cmd",)
-    )
-    assert run(settings, {}) == ExitCode.OK
+    monkeypatch.setattr(waiting_module, "_wait", WaitStub(End.TIMEOUT))
+    resolved = parse("--hosts", "w1", "--check", "tcp", "--dry-run", "mpiwait-no-such-cmd")
+    assert run(resolved, {}) == ExitCode.OK
     assert "w1 address=w1 port=22" in capsys.readouterr().out
 
 
@@ -759,10 +873,16 @@ def test_dry_run_skips_the_command_check_and_the_wait(
 
 def test_no_host_source(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     _no_wait = WaitStub(End.READY)
-    monkeypatch.setattr(run_module, "_wait", _no_wait)
-    settings = Settings(hostfile=tmp_path / "hostfile", discover_hosts=tmp_path / "discover.sh")
+    monkeypatch.setattr(waiting_module, "_wait", _no_wait)
+    # Not named by the user (the defaults elsewhere): missing files are skipped, not errors.
+    resolved = default(
+        {
+            "sources.hostfile": tmp_path / "hostfile",
+            "sources.discover_hosts": tmp_path / "discover.sh",
+        }
+    )
     with pytest.raises(InputError) as info:
-        run(settings, {})
+        run(resolved, {})
     assert info.value.exit_code == ExitCode.USAGE
     assert "no host source" in info.value.message
     assert str(tmp_path / "hostfile") in info.value.message
@@ -787,11 +907,11 @@ def test_no_host_source_with_the_defaults_subprocess() -> None:
 
 
 def test_malformed_hostfile_line(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setattr(run_module, "_wait", WaitStub(End.READY))
+    monkeypatch.setattr(waiting_module, "_wait", WaitStub(End.READY))
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("good slots=2\nbad slots=many\n")
     with pytest.raises(InputError) as info:
-        run(Settings(hostfile=hostfile, hostfile_explicit=True), {})
+        run(parse("--hostfile", str(hostfile)), {})
     assert info.value.exit_code == ExitCode.USAGE
     assert info.value.message.startswith(f"{hostfile}:2: ")
 
@@ -826,11 +946,15 @@ def test_command_not_found_before_any_waiting(
     _no_waiting(monkeypatch)
     monkeypatch.setenv("PATH", str(tmp_path))
     # Checked even before the host sources: none exists here, yet the answer is 127.
-    settings = Settings(
-        hostfile=tmp_path / "none", discover_hosts=tmp_path / "none", command=("mpirun",)
+    resolved = default(
+        {
+            "sources.hostfile": tmp_path / "none",
+            "sources.discover_hosts": tmp_path / "none",
+            "command": ("mpirun",),
+        }
     )
     with pytest.raises(LaunchError) as info:
-        run(settings, {})
+        run(resolved, {})
     assert info.value.exit_code == ExitCode.NOT_FOUND
 
 
@@ -842,7 +966,7 @@ def test_command_not_executable_before_any_waiting(
     script.write_text("#!/bin/sh\n")
     script.chmod(0o644)
     with pytest.raises(LaunchError) as info:
-        run(Settings(hosts_option="w1", command=(str(script),)), {})
+        run(parse("--hosts", "w1", str(script)), {})
     assert info.value.exit_code == ExitCode.NOT_EXECUTABLE
 
 
@@ -873,11 +997,16 @@ def test_missing_ssh_client_warns_where_unsure(
     deepspeed.write_text("#!/bin/sh\n")
     deepspeed.chmod(0o755)
     monkeypatch.setenv("PATH", str(tmp_path))
-    monkeypatch.setattr(run_module, "_wait", WaitStub(End.TIMEOUT))
-    settings = Settings(
-        hosts_option="w1", check=Check.TCP, command=("deepspeed",), termination_log=None
+    monkeypatch.setattr(waiting_module, "_wait", WaitStub(End.TIMEOUT))
+    resolved = default(
+        {
+            "sources.hosts_option": "w1",
+            "probe.check": Check.TCP,
+            "command": ("deepspeed",),
+            "output.termination_log": None,
+        }
     )
-    assert run(settings, {}) == ExitCode.TIMEOUT
+    assert run(resolved, {}) == ExitCode.TIMEOUT
     assert "warning: no ssh client on PATH; deepspeed may need one" in capsys.readouterr().err
 
 
@@ -968,9 +1097,6 @@ def test_main_exits_124_when_the_deadline_passes(
 ) -> None:
     # The real run, no stub: a loopback port that refuses, a 1 s deadline. Its 124 (and not
     # the COMMAND) must come out of main(), after the summary.
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
     key = tmp_path / "id_ed25519"
     key.write_bytes(
         Ed25519PrivateKey.generate().private_bytes(
@@ -1003,7 +1129,7 @@ def test_main_usage_error_exits_2_without_running(
     assert len(capsys.readouterr().err.splitlines()) == 1
 
 
-def test_main_passes_settings_and_environment(
+def test_main_passes_the_run_and_environment(
     monkeypatch: pytest.MonkeyPatch, in_process_main
 ) -> None:
     seen = []
@@ -1015,7 +1141,7 @@ def test_main_passes_settings_and_environment(
     monkeypatch.setattr(cli, "run_mode", run_mode)
     assert in_process_main(["--hosts", "w1", "mpirun"]) == 0
     ((run, environ),) = seen
-    assert run == cli.resolve(default(hosts_option="w1", command=("mpirun",)))
+    assert run == default({"sources.hosts_option": "w1", "command": ("mpirun",)})
     assert environ is os.environ
 
 
@@ -1052,16 +1178,16 @@ def test_list_ready_refuses_what_it_cannot_do(
 
 def test_a_word_after_list_ready_options_is_still_command_not_an_option() -> None:
     # Everything from the first non-option is COMMAND: --list-ready after it is COMMAND's.
-    settings = parse("--hosts=a", "mpirun", "--list-ready")
-    assert settings.command == ("mpirun", "--list-ready") and not settings.list_ready
+    resolved = parse("--hosts=a", "mpirun", "--list-ready")
+    assert resolved.command == ("mpirun", "--list-ready") and resolved.mode is Mode.WAIT
 
 
 def test_termination_log_is_explicit_only_when_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("MPIWAIT_TERMINATION_LOG", raising=False)
-    assert not parse().termination_log_explicit
-    assert parse("--termination-log=/t").termination_log_explicit
+    assert not parse().output.create_termination_log
+    assert parse("--termination-log=/t").output.create_termination_log
     monkeypatch.setenv("MPIWAIT_TERMINATION_LOG", "/t")
-    assert parse().termination_log_explicit
+    assert parse().output.create_termination_log
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import math
 import os
 import threading
@@ -12,11 +11,10 @@ from pathlib import Path
 import pytest
 import testbed
 
-from mpiwait.cli import resolve
 from mpiwait.modes import list_ready
 from mpiwait.probe import cachedir, readycache
 from mpiwait.probe.readycache import Entry, ReadyCache
-from mpiwait.settings import Settings
+from mpiwait.settings import ProbeOptions
 from mpiwait.wait.runner import StartWindow, run_all
 
 
@@ -142,10 +140,9 @@ def test_what_invalidates_the_memory(tmp_path: Path, monkeypatch: pytest.MonkeyP
     key.write_text("key one")
     config = tmp_path / "ssh_config"
     config.write_text("Host *\n  Port 2222\n")
-    settings = Settings(ssh_config=config)
 
     def key_now(**options: object) -> str:
-        probe = resolve(dataclasses.replace(settings, **options)).probe  # type: ignore[arg-type]
+        probe = ProbeOptions(ssh_config=config, **options)  # type: ignore[arg-type]
         return list_ready._settings_key(probe, str(home))
 
     first = key_now()

@@ -13,13 +13,15 @@ from pathlib import Path
 import pytest
 import testbed
 
+from mpiwait.cli import parse
+from mpiwait.modes.dry_run import host_plans
 from mpiwait.output.groups import NAMES_PER_GROUP, group_not_ready
 from mpiwait.output.plans import print_plan
 from mpiwait.output.report import Reporter
 from mpiwait.output.termination import TERMINATION_LOG_BYTES, write_termination_log
 from mpiwait.output.text import PER_HOST_LINES_UP_TO, PREFIX, summary_lines
 from mpiwait.probe.outcome import Outcome, Stage, Status
-from mpiwait.settings import LogFormat
+from mpiwait.settings import Budget, LogFormat, RetryPolicy, WaitPolicy
 from mpiwait.wait.events import (
     End,
     HostChanged,
@@ -30,6 +32,7 @@ from mpiwait.wait.events import (
     WaitResult,
     WaitStarted,
 )
+from mpiwait.wait.loop import wait_for_hosts
 
 
 def reporter(log_format: LogFormat = LogFormat.TEXT, quiet: bool = False) -> Reporter:
@@ -240,8 +243,6 @@ def test_last_ready_always_reported_even_when_throttled() -> None:
 
 def test_no_line_per_failed_attempt() -> None:
     """Through the real waiting loop: 40 refused attempts at one host make one line, not 40."""
-    from mpiwait.settings import Budget, RetryPolicy, WaitPolicy
-    from mpiwait.wait.loop import wait_for_hosts
 
     refused = Outcome(Status.RETRY, Stage.TCP, "refused", "port 22: refused")
     ready = Outcome(Status.READY, Stage.READY, "")
@@ -673,14 +674,15 @@ def test_json_waiting_record_is_bounded_at_1000_hosts() -> None:
 # --- the --dry-run plan (stdout) -------------------------------------------------------------
 
 
-def plan(tmp_path: Path, config: str, **settings: object) -> list[str]:
-    from mpiwait.cli import resolve
-    from mpiwait.modes.dry_run import host_plans
-    from mpiwait.settings import Settings
+def plan(tmp_path: Path, config: str, *options: str) -> list[str]:
 
     cfg = tmp_path / "ssh_config"
     cfg.write_text(config)
-    run = resolve(Settings(ssh_config=cfg, **settings))  # type: ignore[arg-type]
+    with pytest.MonkeyPatch.context() as env:  # the options given here, none from MPIWAIT_*
+        for name in [n for n in os.environ if n.startswith("MPIWAIT_")]:
+            env.delenv(name)
+        run = parse(["-F", str(cfg), *options])
+    assert not isinstance(run, int), run
     out = io.StringIO()
     print_plan(host_plans(run, ("w1",)), ("--hosts (2 hosts)",), ("launcher",), out)
     return out.getvalue().splitlines()
@@ -711,4 +713,4 @@ def test_plan_says_when_no_config_key_exists(tmp_path: Path) -> None:
 def test_plan_shows_a_key_named_with_i_even_if_missing(tmp_path: Path) -> None:
     # A key the user named must exist; the plan shows it, and the run will say it is missing.
     missing = tmp_path / "id_named"
-    assert f"identity={missing} " in plan(tmp_path, "", identity_files=(missing,))[-1]
+    assert f"identity={missing} " in plan(tmp_path, "", "-i", str(missing))[-1]
