@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from pathlib import Path
 
 from mpiwait.errors import InputError
@@ -31,7 +32,6 @@ def _last_line(data: bytes) -> str:
 
 def run_discover(path: Path, timeout: float) -> str:
     """Run the discover script and return its stdout; InputError saying why if it fails."""
-    import subprocess  # here: only --discover-exec needs it, never the worker role or --help
 
     def fail(reason: str) -> InputError:
         return InputError(f"discover script {path}: {reason}")

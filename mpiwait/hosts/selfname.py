@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import socket
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -59,8 +60,6 @@ class SelfNames:
     @classmethod
     def from_system(cls, environ: Mapping[str, str] | None = None) -> SelfNames:
         """The short hostname, the FQDN and $HOSTNAME (whichever are known)."""
-        import socket  # here: the worker role, --help and --version never need it
-
         env = os.environ if environ is None else environ
         found: list[str] = []
         # A machine whose name does not resolve still has the other names.

@@ -1,31 +1,24 @@
 """What the wait and --dry-run share: the MPI COMMAND launches, the first reading of the host
-sources, and what the launch is handed.
-
-A worker pod imports this module and execs at once: launch/handover.py is imported only in
-the functions that use it."""
+sources, and what the launch is handed."""
 
 from __future__ import annotations
 
 import os
+import socket
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from mpiwait.hosts.sources import HostSources, Snapshot
 from mpiwait.launch.command import ROLE_VARIABLE, is_mpi_launcher
+from mpiwait.launch.handover import Handover, Interface, Launch, plan, recognise
 from mpiwait.launch.launchers import launcher
 from mpiwait.output.report import Reporter
 from mpiwait.settings import Run
-
-if TYPE_CHECKING:  # types only: the module itself is imported where it is used
-    from mpiwait.launch.handover import Handover, Interface, Launch
 
 
 def recognise_launch(run: Run, environ: Mapping[str, str], reporter: Reporter) -> Launch | None:
     """The MPI that COMMAND launches, when mpiwait is to hand it what the wait learned."""
     if not run.command or not run.launch_env:
         return None
-    from mpiwait.launch.handover import recognise  # not on a worker pod's path
-
     launch = recognise(run.command, environ)
     own = launcher(run.command[0])
     if launch is None and own is not None and own.own:
@@ -75,10 +68,6 @@ def handover_plan(
     self_entries: tuple[str, ...],
 ) -> Handover:
     """What the launch is handed; ``interface`` None: not known (a dry run connects nowhere)."""
-    import socket  # with launch/handover.py, not on a worker pod's path
-
-    from mpiwait.launch.handover import plan
-
     return plan(
         launch,
         run.command,

@@ -771,7 +771,7 @@ def test_worker_loads_neither_the_probes_nor_the_loop() -> None:
         "import sys, mpiwait.cli as c; "
         "status = c.run_mode(c.parse(['-q']), {'K_MPI_JOB_ROLE': 'worker'}); "
         "heavy = [m for m in ('mpiwait.modes.waiting', 'mpiwait.probe.attempt', "
-        "'mpiwait.wait.loop', 'mpiwait.launch.handover', 'paramiko', 'tenacity') "
+        "'mpiwait.wait.loop', 'paramiko', 'tenacity') "
         "if m in sys.modules]; print(status, heavy)"
     )
     assert _last_line_of_python(code) == "0 []"
