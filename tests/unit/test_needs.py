@@ -207,7 +207,6 @@ FORBIDDEN = {
     "missing" + "_requirements(": 'testbed.needs("netns" | "loopback" | "containers")',
     "MPIWAIT" + "_TEST_MPIS": 'testbed.require("openmpi5").path (the venv)',
     "/var/cache/" + "mpiwait-tests": "testbed.require(name).path",
-    "from conftest import " + "requires_": "testbed.needs(name)",
 }
 
 
