@@ -237,6 +237,14 @@ class _WordList(click.Path):
     "HYDRA_LAUNCHER_EXTRA_ARGS; each logged. Off: COMMAND's environment stays as it is.",
 )
 @click.option(
+    "--daemon-check/--no-daemon-check",
+    default=True,
+    show_default=True,
+    help="With an MPI COMMAND, also check on each worker, over the same login, that the daemon "
+    "mpirun will start there (orted, prted, hydra's proxy) is where it will look, through the "
+    "workers' own ssh where Open MPI's tree spawn will start it; a miss exits 3.",
+)
+@click.option(
     "-V",
     "--version",
     is_flag=True,
@@ -277,6 +285,7 @@ def command_line(
     quiet: bool,
     termination_log: Path,
     launch_env: bool,
+    daemon_check: bool,
 ) -> Run:
     """Wait until every MPI worker accepts an SSH login, then exec COMMAND.
 
@@ -302,6 +311,7 @@ def command_line(
         mode=Mode.LIST_READY if list_ready else Mode.DRY_RUN if dry_run else Mode.WAIT,
         command=tuple(command),
         launch_env=launch_env,
+        daemon_check=daemon_check,
         sources=SourceOptions(
             hostfile=hostfile,
             hostfile_explicit=explicit("hostfile"),

@@ -172,6 +172,7 @@ class Run:
     mode: Mode
     command: tuple[str, ...]
     launch_env: bool  # hand the MPI launch what the wait learned (launch/handover.py)
+    daemon_check: bool  # check that mpirun's daemon will start on each worker (probe/daemon.py)
     sources: SourceOptions
     probe: ProbeOptions
     wait: WaitPolicy  # its budget serves --list-ready too

@@ -71,7 +71,7 @@ _LAUNCHER_VARIABLES = ("HYDRA_LAUNCHER", "HYDRA_BOOTSTRAP", "I_MPI_HYDRA_BOOTSTR
 _SCHEDULER_VARIABLES = ("SLURM_JOB_ID", "PBS_JOBID", "LSB_JOBID", "JOB_ID", "COBALT_JOBID")
 
 
-def _configured_agent(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[str, str] | None:
+def configured_agent(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[str, str] | None:
     """(agent command line, where it was set) when the user chose another remote agent;
     ("", where) when they chose a launcher that needs none."""
     args = list(argv[1:])
@@ -93,6 +93,11 @@ def _configured_agent(argv: Sequence[str], environ: Mapping[str, str]) -> tuple[
     return None
 
 
+def scheduler_allocation(environ: Mapping[str, str]) -> bool:
+    """Inside a batch scheduler's allocation (Slurm, PBS, LSF, SGE, Cobalt)."""
+    return any(environ.get(v) for v in _SCHEDULER_VARIABLES)
+
+
 def check_remote_agent(
     argv: Sequence[str],
     environ: Mapping[str, str],
@@ -112,11 +117,11 @@ def check_remote_agent(
     if kind is None:
         return None
     uid = os.getuid() if uid is None else uid
-    agent = _configured_agent(argv, environ)
+    agent = configured_agent(argv, environ)
     if agent is not None:
         _check_configured_agent(*agent, launcher=name, uid=uid, path=path)
         return None
-    scheduler = any(environ.get(v) for v in _SCHEDULER_VARIABLES)
+    scheduler = scheduler_allocation(environ)
     if shutil.which("ssh", path=path) is not None:
         if kind.ssh and not scheduler:
             _check_ssh_runs_as(uid, name)

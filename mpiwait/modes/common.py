@@ -1,5 +1,5 @@
 """What the wait and --dry-run share: the MPI COMMAND launches, the first reading of the host
-sources, and what the launch is handed."""
+sources, what the launch is handed, and the daemon check's plan."""
 
 from __future__ import annotations
 
@@ -9,10 +9,12 @@ from collections.abc import Mapping
 
 from mpiwait.hosts.sources import HostSources, Snapshot
 from mpiwait.launch.command import ROLE_VARIABLE, is_mpi_launcher
+from mpiwait.launch.daemons import daemon_plan
 from mpiwait.launch.handover import Handover, Interface, Launch, plan, recognise
 from mpiwait.launch.launchers import launcher
 from mpiwait.output.report import Reporter
-from mpiwait.settings import Run
+from mpiwait.probe.daemon import DaemonPlan
+from mpiwait.settings import Check, Run
 
 
 def recognise_launch(run: Run, environ: Mapping[str, str], reporter: Reporter) -> Launch | None:
@@ -27,6 +29,24 @@ def recognise_launch(run: Run, environ: Mapping[str, str], reporter: Reporter) -
             "its environment is left as it is"
         )
     return launch
+
+
+def daemon_check(
+    run: Run, environ: Mapping[str, str], first: Snapshot
+) -> tuple[DaemonPlan | None, str]:
+    """The daemon check's plan for COMMAND over the hosts of ``first``, and the line that says
+    what it checks, or why it is off."""
+    if not run.daemon_check:
+        return None, "daemon check: off (--no-daemon-check)"
+    if run.probe.check is not Check.SSH:
+        return None, f"daemon check: off (--check {run.probe.check.value} logs in nowhere)"
+    launch = recognise(run.command, environ) if run.command else None
+    if launch is None:
+        return None, "daemon check: off (COMMAND starts no MPI that mpiwait recognises)"
+    plan = daemon_plan(launch, run.command, environ, first.names)
+    if isinstance(plan, str):
+        return None, f"daemon check: off ({plan})"
+    return plan, f"daemon check: {plan.describe()}"
 
 
 def read_first(run: Run, sources: HostSources) -> Snapshot | None:

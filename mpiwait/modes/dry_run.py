@@ -1,5 +1,6 @@
-"""``mpiwait --dry-run``: the hosts, each one's SSH settings and what an MPI launch would be
-handed, on stdout; nothing is connected to and nothing is run."""
+"""``mpiwait --dry-run``: the hosts, each one's SSH settings, what an MPI launch would be
+handed and what the daemon check would check, on stdout; nothing is connected to, and nothing
+is run but Open MPI's ompi_info, which tells whether mpirun passes its prefix by default."""
 
 from __future__ import annotations
 
@@ -8,9 +9,16 @@ from collections.abc import Mapping
 from mpiwait.errors import ExitCode
 from mpiwait.hosts.sources import HostSources
 from mpiwait.launch.command import ROLE_VARIABLE, worker_role
-from mpiwait.modes.common import handover_plan, node_reason, read_first, recognise_launch
+from mpiwait.modes.common import (
+    daemon_check,
+    handover_plan,
+    node_reason,
+    read_first,
+    recognise_launch,
+)
 from mpiwait.output.plans import (
     HostPlan,
+    print_daemon_check,
     print_launch_plan,
     print_plan,
     print_plan_json,
@@ -45,12 +53,15 @@ def dry_run(run: Run, environ: Mapping[str, str]) -> int:
     if launch is not None:
         handover = handover_plan(run, environ, launch, None, first.skipped_self)
         launch_plan = (launch.describe(), handover.lines())
+    daemon_line = daemon_check(run, environ, first)[1] if run.command else None
     if as_json:
-        print_plan_json(hosts, first.sources, first.skipped_self, launch_plan)
+        print_plan_json(hosts, first.sources, first.skipped_self, launch_plan, daemon_line)
         return ExitCode.OK
     print_plan(hosts, first.sources, first.skipped_self)
     if launch_plan is not None:
         print_launch_plan(*launch_plan)
+    if daemon_line is not None:
+        print_daemon_check(daemon_line)
     return ExitCode.OK
 
 

@@ -12,7 +12,7 @@ from mpiwait.hosts.sources import HostReader, HostSources, Snapshot
 from mpiwait.launch.command import exec_command
 from mpiwait.launch.handover import Interface, Launch, advice_without_command
 from mpiwait.launch.interfaces import interface_for
-from mpiwait.modes.common import handover_plan
+from mpiwait.modes.common import daemon_check, handover_plan
 from mpiwait.openssh.config import SSHConfig
 from mpiwait.output.report import Reporter
 from mpiwait.output.termination import write_termination_log
@@ -48,11 +48,13 @@ def wait_then_exec(
     returns in that case) or return the exit status."""
     pacer = Pacer(cache_dir(environ))
     inbox: Inbox[Outcome] = Inbox()
+    daemons, daemon_line = daemon_check(run, environ, first)
     with _kept_connections(run, inbox) as kept:
-        ssh, prober = prober_for(run.probe, lookup_pool(run.wait.budget.parallel), pacer, kept=kept)
+        lookups = lookup_pool(run.wait.budget.parallel)
+        ssh, prober = prober_for(run.probe, lookups, pacer, kept=kept, daemons=daemons)
         # ssh settings ssh would refuse (exit 2), unusable key files (exit 3): before any wait
         prober.preflight(first.names)
-        reporter(_started(run, ssh, first, launch))
+        reporter(_started(run, ssh, first, launch, daemon_line))
         reader = HostReader(sources, first, reporter.info)
 
         def attempt(host: str) -> Outcome:
@@ -75,8 +77,11 @@ def wait_then_exec(
     return _END_STATUS[result.end]
 
 
-def _started(run: Run, ssh: SSHConfig, first: Snapshot, launch: Launch | None) -> WaitStarted:
-    """The start line, with the notes on what mpiwait's probe does differently from ssh."""
+def _started(
+    run: Run, ssh: SSHConfig, first: Snapshot, launch: Launch | None, daemon_line: str
+) -> WaitStarted:
+    """The start line, with the notes on what mpiwait's probe does differently from ssh, and
+    what the daemon check checks."""
     notes: list[str] = []
     if ssh.client.path is None:
         notes.append(ssh.client.describe())
@@ -87,6 +92,8 @@ def _started(run: Run, ssh: SSHConfig, first: Snapshot, launch: Launch | None) -
             "no ssh config sets StrictHostKeyChecking: accepting unknown host keys without "
             "storing them (a probe only authenticates by public key and sends nothing secret)"
         )
+    if run.command:
+        notes.append(daemon_line)
     return WaitStarted(
         hosts=first.waited,
         sources=first.sources,

@@ -59,6 +59,13 @@ def print_launch_plan(description: str, lines: Iterable[str], out: TextIO | None
     out.flush()
 
 
+def print_daemon_check(line: str, out: TextIO | None = None) -> None:
+    """With a COMMAND: what the daemon check would check on each worker, or why it is off."""
+    out = out if out is not None else sys.stdout
+    _write(out, f"# {line}")
+    out.flush()
+
+
 def print_worker_plan(role_line: str, command: tuple[str, ...], out: TextIO | None = None) -> None:
     """On a worker: mpiwait would wait for no one, only exec COMMAND (or exit)."""
     out = out if out is not None else sys.stdout
@@ -72,10 +79,11 @@ def print_plan_json(
     sources: tuple[str, ...],
     skipped_self: tuple[str, ...],
     launch: tuple[str, list[str]] | None,
+    daemon_check: str | None = None,
     out: TextIO | None = None,
 ) -> None:
-    """The launcher's plan as one JSON object: hosts, and the launch (which MPI, what it is
-    handed) when COMMAND is an MPI launcher."""
+    """The launcher's plan as one JSON object: hosts, the launch (which MPI, what it is
+    handed) when COMMAND is an MPI launcher, and the daemon check's line with a COMMAND."""
     out = out if out is not None else sys.stdout
     record = json_record(
         "plan",
@@ -95,6 +103,7 @@ def print_plan_json(
         sources=list(sources),
         skipped_self=list(skipped_self),
         launch={"mpi": launch[0], "changes": launch[1]} if launch else None,
+        daemon_check=daemon_check,
         exec=None,
     )
     out.write(record + "\n")

@@ -14,6 +14,7 @@ import socket
 from mpiwait.errors import InputError
 from mpiwait.openssh.client import find_client
 from mpiwait.openssh.config import SSHConfig, SSHTarget
+from mpiwait.probe.daemon import DaemonPlan
 from mpiwait.probe.kept import KeptConnections
 from mpiwait.probe.keys import HostKeyPolicy, IdentityCache
 from mpiwait.probe.lookup import LookupPool
@@ -39,6 +40,7 @@ class Prober:
         host_keys: HostKeyPolicy | None = None,
         pacer: Pacer | None = None,
         kept: KeptConnections | None = None,
+        daemons: DaemonPlan | None = None,
     ) -> None:
         self._options = options
         self._ssh = ssh
@@ -47,7 +49,7 @@ class Prober:
         self._identities = identities or IdentityCache()
         self._resolver = Resolver(lookups)
         self._ssh_stage = SshStage(
-            self._identities, host_keys or HostKeyPolicy(), options.remote_command
+            self._identities, host_keys or HostKeyPolicy(), options.remote_command, daemons
         )
 
     def target(self, host: str) -> SSHTarget:
@@ -145,10 +147,12 @@ def prober_for(
     pacer: Pacer | None = None,
     *,
     kept: KeptConnections | None = None,
+    daemons: DaemonPlan | None = None,
 ) -> tuple[SSHConfig, Prober]:
     """ssh settings resolved as OpenSSH would, then our overrides (-p, -l, -i, -F); and the
     prober for them, with the stages up to --check (``pacer``: accounts of connections closed
-    before authenticating, probe/pace.py; None: this run's only)."""
+    before authenticating, probe/pace.py; None: this run's only; ``daemons``: the daemon
+    check's plan, probe/daemon.py)."""
     ssh = SSHConfig(
         config_path=options.ssh_config,
         port=options.port,
@@ -156,4 +160,4 @@ def prober_for(
         identity_files=options.identity_files,
         client=find_client(),  # the ssh mpirun will run: its release's rules, its ssh -G
     )
-    return ssh, Prober(options, ssh, lookups, pacer=pacer, kept=kept)
+    return ssh, Prober(options, ssh, lookups, pacer=pacer, kept=kept, daemons=daemons)

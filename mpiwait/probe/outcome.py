@@ -44,6 +44,7 @@ class Reason(str, enum.Enum):
     AUTH_METHOD = "auth-method"  # public keys not accepted (FATAL)
     AUTH_REJECTED = "auth-rejected"  # every key refused (FATAL)
     REMOTE_COMMAND = "remote-command"  # --remote-command failed or did not finish
+    DAEMON = "daemon"  # mpirun's daemon is not where it will look (FATAL), or not checked yet
     UNEXPECTED = "unexpected"  # an exception escaped the probe
 
     def __str__(self) -> str:

@@ -96,3 +96,23 @@ def exit_status(channel: paramiko.Channel, timeout: float) -> int | None:
     if not channel.status_event.wait(timeout):
         return None
     return channel.recv_exit_status()
+
+
+def run(transport: paramiko.Transport, command: str, timeout: float) -> tuple[int | None, str]:
+    """Run ``command`` on a new session: its exit status (None if it did not finish within
+    ``timeout``) and its output, stdout and stderr merged."""
+    channel = transport.open_session(timeout=timeout)
+    try:
+        channel.set_combine_stderr(True)
+        channel.settimeout(timeout)
+        channel.exec_command(command)
+        chunks = []
+        try:
+            while chunk := channel.recv(65536):
+                chunks.append(chunk)
+        except TimeoutError:
+            return None, b"".join(chunks).decode(errors="replace")
+        status = exit_status(channel, timeout)
+    finally:
+        channel.close()
+    return status, b"".join(chunks).decode(errors="replace")

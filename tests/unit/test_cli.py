@@ -84,6 +84,7 @@ DEFAULT_RUN = Run(
     mode=Mode.WAIT,
     command=(),
     launch_env=True,
+    daemon_check=True,
     sources=SourceOptions(
         hostfile=DEFAULT_HOSTFILE,
         hostfile_explicit=False,

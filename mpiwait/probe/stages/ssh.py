@@ -1,7 +1,7 @@
-"""The ssh stage on a connected socket: the steps (handshake, host key, login, remote command)
-in order on one paramiko transport, stopping at the first that does not pass. paramiko is
-imported at the first login, never by --check tcp or dns; what of its internals mpiwait relies
-on is in probe/paramiko_adapter.py.
+"""The ssh stage on a connected socket: the steps (handshake, host key, login, remote command,
+daemon check) in order on one paramiko transport, stopping at the first that does not pass.
+paramiko is imported at the first login, never by --check tcp or dns; what of its internals
+mpiwait relies on is in probe/paramiko_adapter.py.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from collections.abc import Sequence
 from mpiwait.errors import PermanentError
 from mpiwait.openssh.config import SSHTarget
 from mpiwait.probe import paramiko_adapter as adapter
+from mpiwait.probe.daemon import DaemonPlan
 from mpiwait.probe.keys import HostKeyPolicy, IdentityCache
 from mpiwait.probe.outcome import READY, Outcome, Reason, Stage, Status, retry
+from mpiwait.probe.stages.daemon import DaemonCheck
 from mpiwait.probe.stages.handshake import Handshake
 from mpiwait.probe.stages.host_key import HostKeyCheck
 from mpiwait.probe.stages.login import log_in
@@ -28,12 +30,18 @@ SshResult = tuple[Outcome, socket.socket | None]
 
 class SshStage:
     def __init__(
-        self, identities: IdentityCache, host_keys: HostKeyPolicy, remote_command: str | None
+        self,
+        identities: IdentityCache,
+        host_keys: HostKeyPolicy,
+        remote_command: str | None,
+        daemons: DaemonPlan | None = None,
     ) -> None:
         self._identities = identities
         steps: list[Step] = [Handshake(host_keys), HostKeyCheck(host_keys), log_in]
         if remote_command:
             steps.append(RemoteCommand(remote_command))
+        if daemons is not None:
+            steps.append(DaemonCheck(daemons))
         self._steps: Sequence[Step] = tuple(steps)
 
     def __call__(

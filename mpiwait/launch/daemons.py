@@ -1,0 +1,241 @@
+"""What mpirun will run on each worker once it has logged in (orted, prted, hydra_pmi_proxy),
+how it will find it, and which workers start daemons on others (Open MPI's tree spawn): the
+plan of the daemon check (probe/stages/daemon.py) and the judgement of what a worker answered.
+Pure decisions on argv, the environment and the launcher's own files; it must not touch the
+network. What is and is not checked, with each MPI's own rule: docs/daemon-check.md.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shlex
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
+
+from mpiwait.launch.command import configured_agent, scheduler_allocation
+from mpiwait.launch.handover import Launch, Mpi
+from mpiwait.probe.daemon import DaemonPlan
+
+# Each MPI's daemon, as its launcher starts it on a worker over ssh.
+_DAEMON = {
+    Mpi.OPENMPI4: "orted",
+    Mpi.OPENMPI5: "prted",
+    Mpi.OPENMPI: "prted",
+    Mpi.MPICH: "hydra_pmi_proxy",
+    Mpi.INTEL: "hydra_bstrap_proxy",  # which then starts hydra_pmi_proxy from the same folder
+}
+_MCA_FLAGS = frozenset({"--mca", "-mca", "--prtemca", "-prtemca", "--gmca", "-gmca"})
+_DEFAULT_RADIX = 64  # ORTE's routed_radix and PRRTE's rml_base_radix
+
+
+def daemon_plan(
+    launch: Launch,
+    argv: Sequence[str],
+    environ: Mapping[str, str],
+    hosts: Sequence[str] = (),
+    *,
+    prefix_by_default: Callable[[str], bool | None] | None = None,
+    shell: str | None = None,
+) -> DaemonPlan | str:
+    """The plan for ``launch`` (COMMAND ``argv``) over ``hosts`` (the workers in the hostfile's
+    order, this machine left out), or why there is none. ``prefix_by_default``: whether the
+    Open MPI 4 installed in a folder passes its prefix by default (None: unknown)."""
+    agent = configured_agent(argv, environ)
+    if agent is not None and not agent[0]:
+        return f"{agent[1]} starts the daemons without ssh"
+    if scheduler_allocation(environ):
+        return "inside a batch allocation the daemons start through the scheduler"
+    words = _words(argv)
+    if _mca(words, environ, "orte_launch_agent", "prte_launch_agent"):
+        return "a launch agent replaces the daemon (orte_launch_agent)"
+    agent_words = tuple(shlex.split(agent[0].split(":")[0])) if agent else ("ssh",)
+    daemon = _DAEMON[launch.mpi]
+    if launch.mpi.hydra:
+        return _hydra(launch, daemon, environ)
+    plan = _openmpi(launch, daemon, words, environ, prefix_by_default or ompi_prefix_by_default)
+    radix = _tree_radix(launch.mpi, words, environ)
+    local_shell = os.path.basename(shell if shell is not None else _login_shell(environ))
+    if local_shell in ("csh", "tcsh"):
+        return "mpirun writes the daemon's command line in csh syntax for a csh login shell"
+    return replace(
+        plan,
+        profile=local_shell in ("sh", "ksh"),
+        tree=tree_pairs(hosts, radix) if radix else None,
+        agent=agent_words,
+        radix=radix,
+    )
+
+
+def _hydra(launch: Launch, daemon: str, environ: Mapping[str, str]) -> DaemonPlan | str:
+    """hydra starts its proxy by the absolute path of its own folder (MPICH: where mpiexec was
+    found; Intel MPI: its mpiexec.hydra's, under I_MPI_ROOT)."""
+    found = os.path.abspath(launch.path)
+    folders = [os.path.dirname(found), os.path.dirname(os.path.realpath(found))]
+    root = environ.get("I_MPI_ROOT", "")
+    if launch.mpi is Mpi.INTEL and root:
+        folders.append(os.path.join(root, "bin"))
+    names = (daemon, "hydra_pmi_proxy") if launch.mpi is Mpi.INTEL else (daemon,)
+    for folder in dict.fromkeys(folders):
+        if all(os.path.isfile(os.path.join(folder, n)) for n in names):
+            paths = tuple(os.path.join(folder, n) for n in names)
+            how = f"at {paths[0]} (hydra starts it by the launcher's own folder)"
+            return _plan(launch, daemon, paths, by_name=False, prefix="", how=how)
+    return f"no {daemon} next to {launch.path}: where hydra will look cannot be told"
+
+
+def _openmpi(
+    launch: Launch,
+    daemon: str,
+    words: Sequence[str],
+    environ: Mapping[str, str],
+    prefix_by_default: Callable[[str], bool | None],
+) -> DaemonPlan:
+    """Open MPI starts its daemon as ``<prefix>/bin/<daemon>`` with ``<prefix>/bin`` first on
+    PATH when it has a prefix (--prefix, an absolute mpirun, a prefix-by-default build; for
+    Open MPI 5 also PRTE_PREFIX, or OPAL_PREFIX), else by name through the remote PATH."""
+    own = os.path.dirname(os.path.dirname(os.path.abspath(launch.path)))
+    given = _option(words, "--prefix")
+    if launch.mpi is Mpi.OPENMPI4:
+        sources = [(given, "--prefix"), (_absolute(launch), "mpirun started by its path")]
+    else:
+        sources = [
+            (given, "--prefix"),
+            (environ.get("PRTE_PREFIX", "").strip(), "PRTE_PREFIX"),
+            (environ.get("OPAL_PREFIX", "").strip(), "OPAL_PREFIX"),
+            (_absolute(launch), "mpirun started by its path"),
+        ]
+    for prefix, why in sources:
+        if prefix:
+            prefix = prefix.rstrip("/") or "/"
+            path = os.path.join(prefix, "bin", daemon)
+            how = f"at {path} ({why})"
+            return _plan(launch, daemon, (path,), by_name=False, prefix=prefix, how=how)
+    own_path = os.path.join(own, "bin", daemon)
+    if launch.mpi is Mpi.OPENMPI4:
+        by_default = prefix_by_default(os.path.dirname(os.path.abspath(launch.path)))
+        if by_default:
+            how = f"at {own_path} (this Open MPI passes its prefix by default)"
+            return _plan(launch, daemon, (own_path,), by_name=False, prefix=own, how=how)
+        if by_default is False:
+            how = "on the worker's non-interactive PATH (mpirun by name, no --prefix)"
+            return _plan(launch, daemon, (), by_name=True, prefix="", how=how)
+    # Open MPI 5 by name may still pass its prefix (a prefix-by-default build, a relocated
+    # install that sets OPAL_PREFIX itself): either way passes.
+    how = f"on the worker's non-interactive PATH or at {own_path} (mpirun by name)"
+    return _plan(launch, daemon, (own_path,), by_name=True, prefix="", how=how)
+
+
+def _plan(
+    launch: Launch, daemon: str, paths: tuple[str, ...], *, by_name: bool, prefix: str, how: str
+) -> DaemonPlan:
+    mpi = launch.mpi
+    return DaemonPlan(mpi.value, mpi.hydra, daemon, paths, by_name, prefix, how)
+
+
+def _absolute(launch: Launch) -> str:
+    """The prefix an mpirun started by its absolute path implies (``<prefix>/bin/mpirun``)."""
+    folder = os.path.dirname(launch.launcher)
+    if not os.path.isabs(launch.launcher) or os.path.basename(folder) != "bin":
+        return ""
+    return os.path.dirname(folder)
+
+
+def ompi_prefix_by_default(folder: str) -> bool | None:
+    """Whether the Open MPI whose ompi_info is in ``folder`` was built to pass its prefix by
+    default (``--enable-mpirun-prefix-by-default``); None when ompi_info cannot tell."""
+    try:
+        done = subprocess.run(
+            [os.path.join(folder, "ompi_info"), "--parsable"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    for line in done.stdout.splitlines():
+        if line.startswith("mpirun:prefix_by_default:"):
+            return line.rpartition(":")[2].strip() == "yes"
+    return None
+
+
+def _tree_radix(mpi: Mpi, words: Sequence[str], environ: Mapping[str, str]) -> int:
+    """Open MPI's routing radix when its daemons start through other workers, else 0."""
+    if mpi is Mpi.OPENMPI4:
+        off = _mca(words, environ, "plm_rsh_no_tree_spawn")
+        routed = _mca(words, environ, "routed") or "radix"
+        radix = _mca(words, environ, "routed_radix")
+    else:
+        off = _mca(words, environ, "plm_ssh_no_tree_spawn", "plm_rsh_no_tree_spawn")
+        routed = "radix"
+        radix = _mca(words, environ, "rml_base_radix", "routed_radix")
+    if _truthy(off) or routed != "radix":
+        return 0
+    try:
+        return max(2, int(radix)) if radix else _DEFAULT_RADIX
+    except ValueError:
+        return _DEFAULT_RADIX
+
+
+def tree_pairs(hosts: Sequence[str], radix: int) -> dict[str, str]:
+    """Each worker that starts daemons on others, and the first of them, in Open MPI's radix
+    tree: daemon 0 is mpirun's, the workers are daemons 1..N in the hostfile's order."""
+    pairs = {}
+    for vpid in range(1, len(hosts) + 1):
+        level, total = 1, 1
+        while total < vpid + 1:
+            level *= radix
+            total += level
+        child = vpid + level
+        if child <= len(hosts):
+            pairs[hosts[vpid - 1]] = hosts[child - 1]
+    return pairs
+
+
+def _mca(words: Sequence[str], environ: Mapping[str, str], *names: str) -> str:
+    """An MCA parameter's value on mpirun's command line (``--mca NAME VALUE``), else in
+    the environment (OMPI_MCA_NAME, PRTE_MCA_NAME); "" when unset."""
+    for k, word in enumerate(words[:-2]):
+        if word in _MCA_FLAGS and words[k + 1] in names:
+            return words[k + 2]
+    for name in names:
+        for variable in (f"OMPI_MCA_{name}", f"PRTE_MCA_{name}"):
+            if environ.get(variable, "").strip():
+                return environ[variable].strip()
+    return ""
+
+
+def _option(words: Sequence[str], flag: str) -> str:
+    for k, word in enumerate(words):
+        if word == flag and k + 1 < len(words):
+            return words[k + 1]
+        if word.startswith(flag + "="):
+            return word[len(flag) + 1 :]
+    return ""
+
+
+def _words(argv: Sequence[str]) -> list[str]:
+    """COMMAND's words, those of a ``bash -c 'mpirun ...'`` script included."""
+    words: list[str] = []
+    for arg in argv[1:]:
+        try:
+            words.extend(shlex.split(arg) if any(c.isspace() for c in arg) else [arg])
+        except ValueError:
+            words.extend(arg.split())
+    return words
+
+
+def _login_shell(environ: Mapping[str, str]) -> str:
+    """The shell Open MPI takes the workers' to be: ours from passwd, else $SHELL."""
+    try:
+        shell = pwd.getpwuid(os.getuid()).pw_shell
+    except KeyError:
+        shell = ""
+    return shell or environ.get("SHELL", "")
+
+
+def _truthy(value: str) -> bool:
+    return value.strip().lower() in ("1", "true", "yes", "t", "y", "on", "enabled")
