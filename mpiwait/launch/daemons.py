@@ -12,10 +12,11 @@ import pwd
 import shlex
 import subprocess
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from mpiwait.launch.command import configured_agent, scheduler_allocation
 from mpiwait.launch.handover import Launch, Mpi
+from mpiwait.launch.launchers import launcher
 from mpiwait.probe.daemon import DaemonPlan
 
 # Each MPI's daemon, as its launcher starts it on a worker over ssh.
@@ -42,28 +43,34 @@ def daemon_plan(
     """The plan for ``launch`` (COMMAND ``argv``) over ``hosts`` (the workers in the hostfile's
     order, this machine left out), or why there is none. ``prefix_by_default``: whether the
     Open MPI 4 installed in a folder passes its prefix by default (None: unknown)."""
-    agent = configured_agent(argv, environ)
+    words = _words(argv)
+    agent = configured_agent([argv[0], *words], environ)  # a wrapper's words too
     if agent is not None and not agent[0]:
         return f"{agent[1]} starts the daemons without ssh"
     if scheduler_allocation(environ):
         return "inside a batch allocation the daemons start through the scheduler"
-    words = _words(argv)
-    if _mca(words, environ, "orte_launch_agent", "prte_launch_agent"):
+    params = Params(words, environ, _param_files(launch, environ))
+    if _mca(params, "orte_launch_agent", "prte_launch_agent"):
         return "a launch agent replaces the daemon (orte_launch_agent)"
-    agent_words = tuple(shlex.split(agent[0].split(":")[0])) if agent else ("ssh",)
     daemon = _DAEMON[launch.mpi]
     if launch.mpi.hydra:
         return _hydra(launch, daemon, environ)
-    plan = _openmpi(launch, daemon, words, environ, prefix_by_default or ompi_prefix_by_default)
-    radix = _tree_radix(launch.mpi, words, environ)
     local_shell = os.path.basename(shell if shell is not None else _login_shell(environ))
     if local_shell in ("csh", "tcsh"):
         return "mpirun writes the daemon's command line in csh syntax for a csh login shell"
+    plan = _openmpi(launch, daemon, words, environ, prefix_by_default or ompi_prefix_by_default)
+    radix = _tree_radix(launch.mpi, params)
+    # A spawning worker's daemon runs the same agent, with the same arguments, as mpirun.
+    if agent is None:
+        chosen = _mca(params, "plm_rsh_agent", "plm_ssh_agent", "orte_rsh_agent")
+        agent = (chosen, "a parameter file") if chosen else None
+    agent_words = shlex.split(agent[0].split(":")[0]) if agent else ["ssh"]
+    agent_words += shlex.split(_mca(params, "plm_rsh_args", "plm_ssh_args"))
     return replace(
         plan,
         profile=local_shell in ("sh", "ksh"),
         tree=tree_pairs(hosts, radix) if radix else None,
-        agent=agent_words,
+        agent=tuple(agent_words),
         radix=radix,
     )
 
@@ -97,14 +104,16 @@ def _openmpi(
     Open MPI 5 also PRTE_PREFIX, or OPAL_PREFIX), else by name through the remote PATH."""
     own = os.path.dirname(os.path.dirname(os.path.abspath(launch.path)))
     given = _option(words, "--prefix")
+    started = _started_as(launch, words)
+    absolute = (_absolute(started), "mpirun started by its path")
     if launch.mpi is Mpi.OPENMPI4:
-        sources = [(given, "--prefix"), (_absolute(launch), "mpirun started by its path")]
+        sources = [(given, "--prefix"), absolute]
     else:
         sources = [
             (given, "--prefix"),
             (environ.get("PRTE_PREFIX", "").strip(), "PRTE_PREFIX"),
             (environ.get("OPAL_PREFIX", "").strip(), "OPAL_PREFIX"),
-            (_absolute(launch), "mpirun started by its path"),
+            absolute,
         ]
     for prefix, why in sources:
         if prefix:
@@ -113,6 +122,9 @@ def _openmpi(
             how = f"at {path} ({why})"
             return _plan(launch, daemon, (path,), by_name=False, prefix=prefix, how=how)
     own_path = os.path.join(own, "bin", daemon)
+    if started is None:  # a script or program runs mpirun, by a name or a path not seen here
+        how = f"on the worker's non-interactive PATH or at {own_path} ({launch.via} runs mpirun)"
+        return _plan(launch, daemon, (own_path,), by_name=True, prefix="", how=how)
     if launch.mpi is Mpi.OPENMPI4:
         by_default = prefix_by_default(os.path.dirname(os.path.abspath(launch.path)))
         if by_default:
@@ -134,12 +146,24 @@ def _plan(
     return DaemonPlan(mpi.value, mpi.hydra, daemon, paths, by_name, prefix, how)
 
 
-def _absolute(launch: Launch) -> str:
+def _started_as(launch: Launch, words: Sequence[str]) -> str | None:
+    """How mpirun is started: COMMAND's first word, or the launcher's name or path in a
+    wrapper's words (``bash -c 'mpirun ...'``); None when a wrapper does not show it."""
+    if not launch.via:
+        return launch.launcher
+    for word in words:
+        kind = launcher(word)
+        if kind is not None and kind.own:
+            return word
+    return None
+
+
+def _absolute(started: str | None) -> str:
     """The prefix an mpirun started by its absolute path implies (``<prefix>/bin/mpirun``)."""
-    folder = os.path.dirname(launch.launcher)
-    if not os.path.isabs(launch.launcher) or os.path.basename(folder) != "bin":
+    if started is None or not os.path.isabs(started):
         return ""
-    return os.path.dirname(folder)
+    folder = os.path.dirname(started)
+    return os.path.dirname(folder) if os.path.basename(folder) == "bin" else ""
 
 
 def ompi_prefix_by_default(folder: str) -> bool | None:
@@ -162,16 +186,16 @@ def ompi_prefix_by_default(folder: str) -> bool | None:
     return None
 
 
-def _tree_radix(mpi: Mpi, words: Sequence[str], environ: Mapping[str, str]) -> int:
+def _tree_radix(mpi: Mpi, params: Params) -> int:
     """Open MPI's routing radix when its daemons start through other workers, else 0."""
     if mpi is Mpi.OPENMPI4:
-        off = _mca(words, environ, "plm_rsh_no_tree_spawn")
-        routed = _mca(words, environ, "routed") or "radix"
-        radix = _mca(words, environ, "routed_radix")
+        off = _mca(params, "plm_rsh_no_tree_spawn")
+        routed = _mca(params, "routed") or "radix"
+        radix = _mca(params, "routed_radix")
     else:
-        off = _mca(words, environ, "plm_ssh_no_tree_spawn", "plm_rsh_no_tree_spawn")
+        off = _mca(params, "plm_ssh_no_tree_spawn", "plm_rsh_no_tree_spawn")
         routed = "radix"
-        radix = _mca(words, environ, "rml_base_radix", "routed_radix")
+        radix = _mca(params, "rml_base_radix", "routed_radix")
     if _truthy(off) or routed != "radix":
         return 0
     try:
@@ -195,17 +219,52 @@ def tree_pairs(hosts: Sequence[str], radix: int) -> dict[str, str]:
     return pairs
 
 
-def _mca(words: Sequence[str], environ: Mapping[str, str], *names: str) -> str:
-    """An MCA parameter's value on mpirun's command line (``--mca NAME VALUE``), else in
-    the environment (OMPI_MCA_NAME, PRTE_MCA_NAME); "" when unset."""
+@dataclass(frozen=True, slots=True)
+class Params:
+    """Where Open MPI's MCA parameters are set, in its order of precedence."""
+
+    words: Sequence[str]  # mpirun's command line: --mca NAME VALUE
+    environ: Mapping[str, str]  # OMPI_MCA_NAME, PRTE_MCA_NAME
+    files: Mapping[str, str]  # the parameter files' NAME = VALUE
+
+
+def _mca(params: Params, *names: str) -> str:
+    """An MCA parameter's value, the first of ``names`` set; "" when none is."""
+    words = params.words
     for k, word in enumerate(words[:-2]):
         if word in _MCA_FLAGS and words[k + 1] in names:
             return words[k + 2]
     for name in names:
         for variable in (f"OMPI_MCA_{name}", f"PRTE_MCA_{name}"):
-            if environ.get(variable, "").strip():
-                return environ[variable].strip()
-    return ""
+            if params.environ.get(variable, "").strip():
+                return params.environ[variable].strip()
+    return next((params.files[n] for n in names if params.files.get(n)), "")
+
+
+def _param_files(launch: Launch, environ: Mapping[str, str]) -> dict[str, str]:
+    """The parameters set in the user's and the install's parameter files (the user's win);
+    the workers' daemons read the same files, from the same image."""
+    home = environ.get("HOME") or os.path.expanduser("~")
+    prefix = os.path.dirname(os.path.dirname(os.path.abspath(launch.path)))
+    etc = "/etc/openmpi" if prefix == "/usr" else os.path.join(prefix, "etc")  # Debian's
+    files = [
+        os.path.join(home, ".openmpi", "mca-params.conf"),
+        os.path.join(home, ".prte", "mca-params.conf"),
+        os.path.join(etc, "openmpi-mca-params.conf"),
+        os.path.join(prefix, "etc", "prte-mca-params.conf"),
+    ]
+    found: dict[str, str] = {}
+    for path in files:
+        try:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                lines = f.read(1 << 20).splitlines()
+        except OSError:
+            continue
+        for line in lines:
+            name, equals, value = line.partition("#")[0].partition("=")
+            if equals and name.strip():
+                found.setdefault(name.strip(), value.strip())
+    return found
 
 
 def _option(words: Sequence[str], flag: str) -> str:

@@ -26,6 +26,9 @@ from mpiwait.probe.stages.tcp import connect, ends
 from mpiwait.probe.stages.turned_away import turned_away
 from mpiwait.settings import DROP_NOTICE_WAIT, Check, ProbeOptions
 
+# Outcomes of steps that run once logged in: sshd charges no penalty for those connections.
+_AFTER_LOGIN = frozenset({Reason.REMOTE_COMMAND, Reason.DAEMON})
+
 
 class Prober:
     """Runs attempts; safe to call from many threads at once."""
@@ -107,7 +110,7 @@ class Prober:
             self._kept.keep(host, connection)
         if outcome is READY:
             return _ready(target, resolved, local)
-        if outcome.status is Status.RETRY and outcome.reason != Reason.REMOTE_COMMAND:
+        if outcome.status is Status.RETRY and outcome.reason not in _AFTER_LOGIN:
             # closed before authenticating, after sshd handed it to a session process
             return dataclasses.replace(outcome, pace=self._pacer.charge(peer))
         return outcome

@@ -53,10 +53,12 @@ def script(plan: DaemonPlan, child: str | None = None, timeout: float = 5.0) -> 
     marked ``via``, within ``timeout`` seconds to connect."""
     body = _find(plan)
     if child is not None:
-        login = [*plan.agent]
+        login = list(plan.agent)
         if os.path.basename(plan.agent[0]) == "ssh":
+            # first, so that they win over the same options in mpirun's own arguments: they
+            # bound the check's time, and change nothing of what a login needs
             wait = f"ConnectTimeout={max(1, int(timeout))}"
-            login += ["-o", "BatchMode=yes", "-o", wait, "-o", "ConnectionAttempts=1"]
+            login[1:1] = ["-o", "BatchMode=yes", "-o", wait, "-o", "ConnectionAttempts=1"]
         nested = shlex.join([*login, child, script(plan)])
         agent = shlex.quote(plan.agent[0])
         body += (
