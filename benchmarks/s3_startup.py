@@ -7,6 +7,8 @@ ssh_config as /etc/ssh/ssh_config), from the same interpreter, and is timed from
 - ``python -c "import paramiko"``: what paramiko's import costs, which a wait that logs in pays
   (with invoke and importlib.metadata, which paramiko 4 imports);
 - ``mpiwait --hosts w1,w2,w3,w4 -- true``: the whole wait for 4 ready hosts, then exec;
+- the same with an Open MPI 4 COMMAND that runs nothing (``sh -c ': mpirun'``), with and without
+  ``--no-daemon-check``: what the daemon check (ompi_info, one more round trip a host) costs;
 - ``ssh w1 true``: one OpenSSH login with a command, for scale;
 - ``mpiwait --version``, ``mpiwait --help`` and the worker role (``K_MPI_JOB_ROLE=worker
   mpiwait -- true``): paths that must not import paramiko. A separate ``-X importtime`` run of
@@ -49,10 +51,22 @@ def _commands(
         )
         for variant in variants
     }
+    # An Open MPI 4 COMMAND that runs nothing (sh -c ': mpirun' names mpirun, as a wrapper's
+    # words do), with and without the daemon check: what the check costs a wait for ready hosts.
+    openmpi = ["--", "sh", "-c", ": mpirun"]
+    daemons = {
+        f"mpiwait --hosts (4 ready) -- sh -c ': mpirun'{flag}": (
+            [*mw, "--hosts", hosts, *mpiwait_args, *([flag.strip()] if flag else []), *openmpi],
+            {},
+            "mpiwait",
+        )
+        for flag in ("", " --no-daemon-check")
+    }
     return {
         "python -c pass": ([PY, "-c", "pass"], {}, ""),
         "python -c 'import paramiko'": ([PY, "-c", "import paramiko"], {}, ""),
         **waits,
+        **daemons,
         "ssh w1 true": (["ssh", bed.names[0], "true"], {}, ""),
         "mpiwait --version": ([*mw, "--version"], {}, ""),
         "mpiwait --help": ([*mw, "--help"], {}, ""),
