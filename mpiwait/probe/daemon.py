@@ -124,10 +124,12 @@ def missing(plan: DaemonPlan, found: Found, via: str = "") -> tuple[str, str]:
         head = f"{where}no {plan.daemon} at {' or '.join(plan.paths)}"
     if plan.daemon in found.on_path:  # installed elsewhere than where mpirun will look
         line = f"{head}; {plan.daemon} is at {found.on_path[plan.daemon]}"
-        return line, (
-            "install the MPI at the same path in the launcher and worker images, or point "
-            "mpirun at the workers' install (--prefix, OPAL_PREFIX)"
-        )
+        same_path = "install the MPI at the same path in the launcher and worker images"
+        if plan.hydra:  # hydra takes no prefix: always the launcher's own folder
+            return line, same_path
+        # Open MPI 4 ignores OPAL_PREFIX when it builds the daemon's command line
+        other = "--prefix" if plan.daemon == "orted" else "--prefix, or PRTE_PREFIX/OPAL_PREFIX"
+        return line, f"{same_path}, or point mpirun at the workers' install ({other})"
     other = next((n for n in found.on_path if FAMILY[n] != FAMILY[plan.daemon]), None)
     if other is not None and not (plan.hydra and FAMILY[other] == FAMILY["hydra_pmi_proxy"]):
         line = (
