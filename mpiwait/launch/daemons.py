@@ -42,12 +42,13 @@ def daemon_plan(
     """The plan for ``launch`` (COMMAND ``argv``) over ``hosts`` (the workers in the hostfile's
     order, this machine left out), or why there is none. ``prefix_by_default``: whether the
     Open MPI 4 installed in a folder passes its prefix by default (None: unknown)."""
-    agent = configured_agent(argv, environ)
+    words = _words(argv)
+    # set for COMMAND, else on the command line of a wrapper's mpirun (bash -c 'mpirun ...')
+    agent = configured_agent(argv, environ) or configured_agent([argv[0], *words], environ)
     if agent is not None and not agent[0]:
         return f"{agent[1]} starts the daemons without ssh"
     if scheduler_allocation(environ):
         return "inside a batch allocation the daemons start through the scheduler"
-    words = _words(argv)
     if _mca(words, environ, "orte_launch_agent", "prte_launch_agent"):
         return "a launch agent replaces the daemon (orte_launch_agent)"
     agent_words = tuple(shlex.split(agent[0].split(":")[0])) if agent else ("ssh",)

@@ -279,6 +279,18 @@ def test_the_login_shell_decides_the_profile_or_turns_the_check_off(tmp_path, sh
         assert isinstance(plan, DaemonPlan) and plan.profile is outcome
 
 
+def test_a_wrappers_script_chooses_the_launcher_and_the_agent_too(tmp_path):
+    bin_dir = ompi4(tmp_path)
+    install(bin_dir, "bash")
+    env = {"PATH": str(bin_dir)}
+    script = "cd /work && mpirun --mca plm_rsh_agent 'ssh -F /etc/cfg' -n 2 a.out"
+    assert a_plan(["bash", "-c", script], env).agent == ("ssh", "-F", "/etc/cfg")
+    hydra = mpich(tmp_path)
+    install(hydra, "bash")
+    reason = plan_of(["bash", "-c", "mpiexec -launcher fork a.out"], {"PATH": str(hydra)})
+    assert reason == "-launcher fork starts the daemons without ssh"
+
+
 def test_the_agent_a_spawning_worker_runs(tmp_path):
     env = {"PATH": str(ompi4(tmp_path))}
     assert a_plan(["mpirun"], env).agent == ("ssh",)
