@@ -176,7 +176,7 @@ def _tree_radix(mpi: Mpi, words: Sequence[str], environ: Mapping[str, str]) -> i
     if _truthy(off) or routed != "radix":
         return 0
     try:
-        return max(2, int(radix)) if radix else _DEFAULT_RADIX
+        return max(1, int(radix)) if radix else _DEFAULT_RADIX
     except ValueError:
         return _DEFAULT_RADIX
 

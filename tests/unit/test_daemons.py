@@ -401,6 +401,16 @@ def test_tree_pairs_are_ortes_radix_tree(radix):
         assert tree.get(0, []) == list(range(1, min(n, radix) + 1))
 
 
+def test_a_radix_of_1_is_a_chain(tmp_path):
+    """Each daemon starts the next: every worker but the last logs in to another."""
+    plan = a_plan(
+        ["mpirun", "--mca", "routed_radix", "1", "a.out"], {"PATH": str(ompi4(tmp_path))}, HOSTS4
+    )
+    assert plan.radix == 1
+    assert plan.tree == {"h1": "h2", "h2": "h3", "h3": "h4"}
+    assert orte_children(4, 1) == {0: [1], 1: [2], 2: [3], 3: [4]}
+
+
 def test_tree_pairs_examples():
     assert tree_pairs(HOSTS4, 2) == {"h1": "h3", "h2": "h4"}
     assert tree_pairs(hosts(65), 64) == {"h1": "h65"}
