@@ -44,7 +44,8 @@ def daemon_plan(
     order, this machine left out), or why there is none. ``prefix_by_default``: whether the
     Open MPI 4 installed in a folder passes its prefix by default (None: unknown)."""
     words = _words(argv)
-    agent = configured_agent([argv[0], *words], environ)  # a wrapper's words too
+    # set for COMMAND, else on the command line of a wrapper's mpirun (bash -c 'mpirun ...')
+    agent = configured_agent(argv, environ) or configured_agent([argv[0], *words], environ)
     if agent is not None and not agent[0]:
         return f"{agent[1]} starts the daemons without ssh"
     if scheduler_allocation(environ):
@@ -199,9 +200,11 @@ def _tree_radix(mpi: Mpi, params: Params) -> int:
     if _truthy(off) or routed != "radix":
         return 0
     try:
-        return max(2, int(radix)) if radix else _DEFAULT_RADIX
+        value = int(radix) if radix else _DEFAULT_RADIX
     except ValueError:
         return _DEFAULT_RADIX
+    # ORTE takes radix 1 as a chain; PRRTE raises anything below 2 to 2
+    return max(1 if mpi is Mpi.OPENMPI4 else 2, value)
 
 
 def tree_pairs(hosts: Sequence[str], radix: int) -> dict[str, str]:

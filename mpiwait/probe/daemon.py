@@ -128,8 +128,8 @@ def missing(plan: DaemonPlan, found: Found, via: str = "") -> tuple[str, str]:
         if plan.hydra:  # hydra takes no prefix: always the launcher's own folder
             return line, same_path
         # Open MPI 4 ignores OPAL_PREFIX when it builds the daemon's command line
-        other = "--prefix" if plan.daemon == "orted" else "--prefix, or PRTE_PREFIX/OPAL_PREFIX"
-        return line, f"{same_path}, or point mpirun at the workers' install ({other})"
+        how = "--prefix" if plan.daemon == "orted" else "--prefix, or PRTE_PREFIX/OPAL_PREFIX"
+        return line, f"{same_path}, or point mpirun at the workers' install ({how})"
     other = next((n for n in found.on_path if FAMILY[n] != FAMILY[plan.daemon]), None)
     if other is not None and not (plan.hydra and FAMILY[other] == FAMILY["hydra_pmi_proxy"]):
         line = (

@@ -223,6 +223,8 @@ OPTION_CASES = [
     ),
     (["--no-launch-env"], {"launch_env": False}),
     (["--launch-env"], {"launch_env": True}),
+    (["--no-daemon-check"], {"daemon_check": False}),
+    (["--daemon-check"], {"daemon_check": True}),
 ]
 
 
@@ -343,6 +345,8 @@ ENV_CASES = [
     ),
     ({"MPIWAIT_LAUNCH_ENV": "0"}, {"launch_env": False}),
     ({"MPIWAIT_LAUNCH_ENV": "false"}, {"launch_env": False}),
+    ({"MPIWAIT_DAEMON_CHECK": "0"}, {"daemon_check": False}),
+    ({"MPIWAIT_DAEMON_CHECK": "false"}, {"daemon_check": False}),
 ]
 EXPLICIT_BY_ENV = {
     "MPIWAIT_HOSTFILE": {"sources.hostfile_explicit": True},
@@ -400,6 +404,7 @@ def test_environment_does_not_supply_the_command(monkeypatch: pytest.MonkeyPatch
         ),
         ({"MPIWAIT_LOG_FORMAT": "json"}, ["--log-format", "text"], {}),
         ({"MPIWAIT_QUIET": "0"}, ["-q"], {"output.quiet": True}),
+        ({"MPIWAIT_DAEMON_CHECK": "0"}, ["--daemon-check"], {}),
         # A bad variable does not matter when the flag overrides it.
         ({"MPIWAIT_TIMEOUT": "not-a-number"}, ["--timeout", "7"], {"wait.timeout": 7.0}),
     ],
