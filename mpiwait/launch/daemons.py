@@ -93,19 +93,14 @@ def _openmpi(
     prefix_by_default: Callable[[str], bool | None],
 ) -> DaemonPlan:
     """Open MPI starts its daemon as ``<prefix>/bin/<daemon>`` with ``<prefix>/bin`` first on
-    PATH when it has a prefix (--prefix, an absolute mpirun, a prefix-by-default build; for
-    Open MPI 5 also PRTE_PREFIX, or OPAL_PREFIX), else by name through the remote PATH."""
+    PATH when it has a prefix (--prefix, an absolute mpirun, a prefix-by-default build), else
+    by name through the remote PATH."""
     own = os.path.dirname(os.path.dirname(os.path.abspath(launch.path)))
     given = _option(words, "--prefix")
-    if launch.mpi is Mpi.OPENMPI4:
-        sources = [(given, "--prefix"), (_absolute(launch), "mpirun started by its path")]
-    else:
-        sources = [
-            (given, "--prefix"),
-            (environ.get("PRTE_PREFIX", "").strip(), "PRTE_PREFIX"),
-            (environ.get("OPAL_PREFIX", "").strip(), "OPAL_PREFIX"),
-            (_absolute(launch), "mpirun started by its path"),
-        ]
+    # Not PRTE_PREFIX or OPAL_PREFIX: Open MPI 5's mpirun sets PRTE_PREFIX from its own
+    # location before it runs prterun (seen with the PyPI build: with either variable naming
+    # another install, the worker was still asked for <its own prefix>/bin/prted).
+    sources = [(given, "--prefix"), (_absolute(launch), "mpirun started by its path")]
     for prefix, why in sources:
         if prefix:
             prefix = prefix.rstrip("/") or "/"
