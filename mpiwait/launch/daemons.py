@@ -59,7 +59,7 @@ def daemon_plan(
     local_shell = os.path.basename(shell if shell is not None else _login_shell(environ))
     if local_shell in ("csh", "tcsh"):
         return "mpirun writes the daemon's command line in csh syntax for a csh login shell"
-    plan = _openmpi(launch, daemon, words, environ, prefix_by_default or ompi_prefix_by_default)
+    plan = _openmpi(launch, daemon, words, prefix_by_default or ompi_prefix_by_default)
     radix = _tree_radix(launch.mpi, params)
     # A spawning worker's daemon runs the same agent, with the same arguments, as mpirun.
     if agent is None:
@@ -97,25 +97,18 @@ def _openmpi(
     launch: Launch,
     daemon: str,
     words: Sequence[str],
-    environ: Mapping[str, str],
     prefix_by_default: Callable[[str], bool | None],
 ) -> DaemonPlan:
     """Open MPI starts its daemon as ``<prefix>/bin/<daemon>`` with ``<prefix>/bin`` first on
-    PATH when it has a prefix (--prefix, an absolute mpirun, a prefix-by-default build; for
-    Open MPI 5 also PRTE_PREFIX, or OPAL_PREFIX), else by name through the remote PATH."""
+    PATH when it has a prefix (--prefix, an absolute mpirun, a prefix-by-default build), else
+    by name through the remote PATH."""
     own = os.path.dirname(os.path.dirname(os.path.abspath(launch.path)))
     given = _option(words, "--prefix")
     started = _started_as(launch, words)
-    absolute = (_absolute(started), "mpirun started by its path")
-    if launch.mpi is Mpi.OPENMPI4:
-        sources = [(given, "--prefix"), absolute]
-    else:
-        sources = [
-            (given, "--prefix"),
-            (environ.get("PRTE_PREFIX", "").strip(), "PRTE_PREFIX"),
-            (environ.get("OPAL_PREFIX", "").strip(), "OPAL_PREFIX"),
-            absolute,
-        ]
+    # Not PRTE_PREFIX or OPAL_PREFIX: Open MPI 5's mpirun sets PRTE_PREFIX from its own
+    # location before it runs prterun (seen with the PyPI build: with either variable naming
+    # another install, the worker was still asked for <its own prefix>/bin/prted).
+    sources = [(given, "--prefix"), (_absolute(started), "mpirun started by its path")]
     for prefix, why in sources:
         if prefix:
             prefix = prefix.rstrip("/") or "/"

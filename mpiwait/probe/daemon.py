@@ -91,25 +91,33 @@ class Found:
     ran: bool  # the script ran to its end (else: a shell mpiwait cannot read)
     where: str  # where the daemon was found as mpirun will start it; "" when it was not
     on_path: Mapping[str, str]  # each MPI's daemon on the worker's PATH -> its path
+    absent: tuple[str, ...] = ()  # the plan's paths the worker has no executable at
 
 
 def read(plan: DaemonPlan, lines: Sequence[str]) -> Found:
     """The worker's answer to the script's lines."""
     ours = [line.partition(":")[2] for line in lines if line.startswith(f"{MARK}:")]
     ran = "begin" in ours and "end" in ours
-    where = ""
+    present: list[str] = []
     on_path: dict[str, str] = {}
     for line in ours:
         kind, _, rest = line.partition(":")
-        if kind == "path" and rest.startswith("1:") and not where:
-            where = rest[2:]
+        if kind == "path" and rest.startswith("1:"):
+            present.append(rest[2:])
         elif kind == "name":
             name, _, path = rest.partition(":")
             if path.strip():
                 on_path[name] = path.strip()
+    # hydra needs every one of its paths (Intel MPI: hydra_bstrap_proxy, which starts
+    # hydra_pmi_proxy from the same folder); Open MPI any of them
+    if plan.hydra:
+        where = plan.paths[0] if present and len(present) == len(plan.paths) else ""
+    else:
+        where = present[0] if present else ""
     if not where and plan.by_name:
         where = on_path.get(plan.daemon, "")
-    return Found(ran, where, on_path)
+    absent = tuple(p for p in plan.paths if p not in present)
+    return Found(ran, where, on_path, absent)
 
 
 def missing(plan: DaemonPlan, found: Found, via: str = "") -> tuple[str, str]:
@@ -120,16 +128,21 @@ def missing(plan: DaemonPlan, found: Found, via: str = "") -> tuple[str, str]:
         head = f"{where}{plan.daemon} is neither on the non-interactive PATH nor at {plan.paths[0]}"
     elif plan.by_name:
         head = f"{where}{plan.daemon} is not on the non-interactive PATH"
+    elif plan.hydra and found.absent:  # each is needed
+        head = where + ", ".join(f"no {os.path.basename(p)} at {p}" for p in found.absent)
     else:
         head = f"{where}no {plan.daemon} at {' or '.join(plan.paths)}"
     if plan.daemon in found.on_path:  # installed elsewhere than where mpirun will look
         line = f"{head}; {plan.daemon} is at {found.on_path[plan.daemon]}"
-        same_path = "install the MPI at the same path in the launcher and worker images"
-        if plan.hydra:  # hydra takes no prefix: always the launcher's own folder
-            return line, same_path
-        # Open MPI 4 ignores OPAL_PREFIX when it builds the daemon's command line
-        how = "--prefix" if plan.daemon == "orted" else "--prefix, or PRTE_PREFIX/OPAL_PREFIX"
-        return line, f"{same_path}, or point mpirun at the workers' install ({how})"
+        if plan.hydra:  # hydra has no --prefix
+            return line, (
+                "install the MPI at the same path in the launcher and worker images (hydra "
+                f"starts {plan.daemon} by the launcher's own folder)"
+            )
+        return line, (
+            "install the MPI at the same path in the launcher and worker images, or point "
+            "mpirun at the workers' install (mpirun --prefix)"
+        )
     other = next((n for n in found.on_path if FAMILY[n] != FAMILY[plan.daemon]), None)
     if other is not None and not (plan.hydra and FAMILY[other] == FAMILY["hydra_pmi_proxy"]):
         line = (

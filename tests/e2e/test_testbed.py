@@ -225,6 +225,23 @@ def test_ecdsa_p521_pem_key_and_operator_style_mounts(bed, tmp_path):
     assert r.returncode == 255 and "too open" in r.stderr
 
 
+def test_set_view_hides_and_adds_files_for_one_worker_only(bed, tmp_path):
+    b = bed(2)
+    folder = tmp_path / "image"
+    folder.mkdir()
+    for name in ("daemon", "other"):
+        (folder / name).write_text("#!/bin/sh\necho here\n")
+        (folder / name).chmod(0o755)
+    b.set_view(1, hide=[folder / "daemon"], add={"/usr/local/sbin/other": folder / "other"})
+    probe = f"ls {folder}; command -v other; echo end"
+    assert ssh(b, "w1", probe).stdout == "daemon\nother\nend\n"
+    assert ssh(b, "w2", probe).stdout == "other\n/usr/local/sbin/other\nend\n"
+    gone = ssh(b, "w2", str(folder / "daemon"))
+    assert gone.returncode == 127 and "No such file or directory" in gone.stderr, gone
+    b.set_view(1)  # the machine's filesystem again
+    assert ssh(b, "w2", probe).stdout == "daemon\nother\nend\n"
+
+
 def test_two_beds_coexist(bed):
     b1, b2 = bed(1), bed(1)
     assert b1.subnet != b2.subnet and b1.bridge != b2.bridge

@@ -25,6 +25,9 @@ A host's fault states (TestBed, by position i): stop_sshd/start_sshd(delay=), bl
     link_down/link_up, start_silent_listener, start_banner_listener, set_max_startups,
     slow_link/unslow_link, publish/unpublish (its name in the launcher's hosts file), iptables;
     what reached it: syns(i) (SYNs counted by a rule), rule_packets(i), sshd_log, ns_pid(i).
+    A host's own image: set_view(i, hide=[paths], add={dest: source}) (those paths gone, e.g. an
+    MPI's daemon, and symlinks added, in read-only overlays of their folders that only worker
+    i's sshd and sessions see; set_view(i) undoes it).
 
 The launcher context (TestBed/ManyHosts): ``bed.popen``/``bed.run``/``bed.launcher_cmd`` run a
     command where the bed's names resolve (files only), ssh reads the bed's ssh_config, as the

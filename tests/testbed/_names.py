@@ -68,17 +68,25 @@ def mount_ns_cmd(
     netns: str | None = None,
     hostname: str | None = None,
     delay: float = 0,
+    overlays: Sequence[Mount] = (),
 ) -> list[str]:
     """argv prefix: the rest runs in a private mount namespace with ``mounts`` bound (sources
     must exist), entered from network namespace ``netns`` if given, with UTS name ``hostname``
-    if given, after ``delay`` s; ``tag`` (a bed id) marks it for down() and cleanup_stale()."""
-    for src, _ in mounts:
+    if given, after ``delay`` s; ``tag`` (a bed id) marks it for down() and cleanup_stale().
+    ``overlays`` (layer, folder), after the mounts: ``folder`` read-only with ``layer`` over it
+    (its whiteouts hide, its entries add)."""
+    for src, _ in [*mounts, *overlays]:
         if not Path(src).exists():
             raise BedError(f"bind-mount source {src} does not exist")
     steps = [f"hostname {shlex.quote(hostname)}"] if hostname is not None else []
     steps += [
         f"mount --bind {shlex.quote(str(Path(src).resolve()))} {shlex.quote(str(dst))}"
         for src, dst in mounts
+    ]
+    steps += [
+        f"mount -t overlay overlay -o ro,lowerdir={shlex.quote(f'{layer}:{folder}')} "
+        f"{shlex.quote(str(folder))}"
+        for layer, folder in overlays
     ]
     script = (f"sleep {float(delay)!r}; " if delay > 0 else "") + " && ".join([*steps, 'exec "$@"'])
     return [

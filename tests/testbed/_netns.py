@@ -50,7 +50,7 @@ from . import _mpi
 from ._faults import HostFaults
 from ._launcher import ClientFile, LauncherContext, user_entry
 from ._launcher import split_cpus as split_cpus_
-from ._names import hosts_lines, write_hosts_file, write_nsswitch
+from ._names import Mount, hosts_lines, write_hosts_file, write_nsswitch
 from ._namespaces import (
     SSHD,
     NamespaceLab,
@@ -200,6 +200,7 @@ class TestBed(LauncherContext, HostFaults, NamespaceLab):
         self._extra_names: list[tuple[str, str]] = []  # (address, names) in the launcher view
         self._sshd: dict[int, subprocess.Popen[Any]] = {}
         self._listeners: dict[int, subprocess.Popen[Any]] = {}
+        self._views: dict[int, list[Mount]] = {}  # set_view(): (layer, folder) overlays
         self._launched: list[subprocess.Popen[Any]] = []
         self._is_up = False
         self._down_done = False

@@ -1,11 +1,14 @@
 """What runs inside a TestBed worker (mixed into TestBed): commands in its namespace (own
-hostname, the workers' hosts file), and its sshd: started (at once or later), stopped, whether
-it listens. Found by command line when the bed was made by another process (attach())."""
+hostname, the workers' hosts file, its own view of the filesystem: set_view()), and its sshd:
+started (at once or later), stopped, whether it listens. Found by command line when the bed was
+made by another process (attach())."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -29,6 +32,7 @@ class WorkerProcesses:
     user: str
     workdir: Path
     empty_file: Path
+    _views: dict[int, list[Mount]]
     worker_hosts_file: Path
     nsswitch_file: Path
     _sshd: dict[int, subprocess.Popen[Any]]
@@ -51,7 +55,54 @@ class WorkerProcesses:
         rc = Path(user_entry(self.user).pw_dir) / ".bashrc"
         if rc.is_file():
             mounts.append((self.empty_file, rc))
-        return mount_ns_cmd(mounts, f"testbed-{h.short}", netns=h.ns, hostname=h.short, delay=delay)
+        return mount_ns_cmd(
+            mounts, f"testbed-{h.short}", netns=h.ns, hostname=h.short, delay=delay,
+            overlays=self._views.get(i, ()),
+        )  # fmt: skip
+
+    def set_view(
+        self,
+        i: int,
+        *,
+        hide: Sequence[Path | str] = (),
+        add: Mapping[Path | str, Path | str] | None = None,
+    ) -> None:
+        """Give worker i a filesystem of its own where a worker image would differ from this
+        machine: each path of ``hide`` is gone there (a PATH search goes on past it, "command
+        not found"; by its path, "No such file or directory"), and each ``add`` destination
+        (absolute; its folder must exist) is there as a symlink to its source. Made with
+        read-only overlays of the folders concerned (a whiteout for each hidden name) in the
+        worker's own mount namespace. Replaces the view set before; no arguments: the
+        machine's filesystem again. Worker i's sshd, if it runs, is restarted, so that every
+        login from now on sees the view (sessions already open keep theirs); ns_run and
+        ns_exec_cmd see it too."""
+        layers: dict[Path, list[tuple[str, Path | None]]] = {}
+        for path in map(Path, hide):
+            if not path.is_absolute() or not (path.exists() or path.is_symlink()):
+                raise BedError(f"set_view: cannot hide {path}: no such absolute path")
+            layers.setdefault(path.parent, []).append((path.name, None))
+        for to, src in (add or {}).items():
+            dest = Path(to)
+            if not dest.is_absolute() or not dest.parent.is_dir():
+                raise BedError(f"set_view: cannot add {dest}: its folder does not exist")
+            layers.setdefault(dest.parent, []).append((dest.name, Path(src)))
+        root = self.workdir / "views" / str(i)
+        if root.exists():
+            shutil.rmtree(root)
+        overlays: list[Mount] = []
+        for k, (folder, entries) in enumerate(sorted(layers.items())):
+            layer = root / str(k)
+            layer.mkdir(parents=True)
+            for name, target in entries:
+                if target is None:
+                    os.mknod(layer / name, stat.S_IFCHR | 0o600, os.makedev(0, 0))  # whiteout
+                else:
+                    (layer / name).symlink_to(target)
+            overlays.append((layer, folder))
+        self._views[i] = overlays
+        if self.sshd_running(i):
+            self.stop_sshd(i)
+            self.start_sshd(i)
 
     def ns_exec_cmd(self, i: int, argv: Sequence[str | os.PathLike[str]]) -> list[str]:
         """argv that runs ``argv`` inside worker i (its netns, UTS hostname and hosts file)."""
