@@ -165,7 +165,9 @@ def ompi_prefix_by_default(folder: str) -> bool | None:
     default (``--enable-mpirun-prefix-by-default``); None when ompi_info cannot tell."""
     try:
         done = subprocess.run(
-            [os.path.join(folder, "ompi_info"), "--parsable"],
+            [os.path.join(folder, "ompi_info"), "--parsable", "--config"],
+            # no component loaded: the answer is the same, in milliseconds instead of 0.2 s
+            env={**os.environ, "OMPI_MCA_mca_base_component_path": os.devnull},
             capture_output=True,
             text=True,
             timeout=10,
