@@ -78,8 +78,12 @@ def _find(plan: DaemonPlan) -> str:
         q = shlex.quote(path)
         checks.append(f"if [ -f {q} ] && [ -x {q} ]; then echo {MARK}:path:1:{q}; "
                       f"else echo {MARK}:path:0:{q}; fi")  # fmt: skip
-    for name in FAMILY:
-        checks.append(f"echo {MARK}:name:{name}:$(command -v {name})")
+    # shell builtins only, no $(...): each subshell would be a fork on the worker, on the way
+    # from its login to the launch
+    names = " ".join(FAMILY)
+    checks.append(
+        f'for n in {names}; do printf \'{MARK}:name:%s:\' "$n"; command -v "$n" || echo; done'
+    )
     checks.append(f"echo {MARK}:end")
     return "; ".join(checks)
 
