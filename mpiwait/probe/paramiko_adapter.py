@@ -9,6 +9,7 @@ and --check dns run the stages without it."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import socket
@@ -38,12 +39,18 @@ def transport(sock: socket.socket, timeout: float) -> paramiko.Transport:
 @functools.cache
 def _transport_class() -> type[paramiko.Transport]:
     """paramiko's Transport, except that a MSG_DEBUG (sshd sends two after every login) is
-    decoded only when paramiko's logger would log it: paramiko builds the line byte by byte
-    first (``util.safe_string``), and mpiwait discards paramiko's records."""
+    acknowledged at once, and decoded only when paramiko's logger would log it: paramiko builds
+    the line byte by byte first (``util.safe_string``), and mpiwait discards paramiko's
+    records."""
     import paramiko  # here, not at the top: only a login needs paramiko
 
     class Transport(paramiko.Transport):
         def _parse_debug(self, m: paramiko.Message) -> None:
+            # Until these are acknowledged, sshd (Nagle) holds back its answer to the next
+            # request, the daemon check's session: acknowledge now, not after the 40 ms delay.
+            if isinstance(self.sock, socket.socket):  # always, for a probe
+                with contextlib.suppress(OSError):
+                    self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
             if self.logger.isEnabledFor(logging.DEBUG):
                 super()._parse_debug(m)  # type: ignore[misc]  # private: not in the stubs
 

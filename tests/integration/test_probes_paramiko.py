@@ -285,3 +285,40 @@ def test_sshd_debug_lines_after_a_login_are_decoded_only_when_paramiko_would_log
             logger.setLevel(level)
     assert seen and decoded
     assert any(r.getMessage().startswith("Debug msg: ") for r in records)
+
+
+class _RecordingSocket(socket.socket):
+    """A TCP socket that notes the options set on it."""
+
+    options: list[tuple[int, int, int]]
+
+    def setsockopt(self, level: int, option: int, value: int) -> None:  # type: ignore[override]
+        self.options.append((level, option, value))
+        super().setsockopt(level, option, value)
+
+
+@testbed.needs("loopback")
+def test_sshd_debug_lines_are_acknowledged_at_once(tmp_path: Path) -> None:
+    """sshd holds back its answer to the session after a login (the daemon check's) until its
+    MSG_DEBUG lines are acknowledged; the adapter's transport asks the kernel to acknowledge
+    them at once (TCP_QUICKACK) instead of after its delay. The control: before the login, no
+    such request was made."""
+    quickack = (socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+    with testbed.Lab(tmp_path / "lab") as lab:
+        key = lab.key()
+        sshd = lab.sshd("127.0.0.1", authorized=[key])
+        with _RecordingSocket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.options = []
+            sock.connect(("127.0.0.1", sshd.port))
+            transport = adapter.transport(sock, 10.0)
+            try:
+                transport.start_client(timeout=10.0)
+                assert quickack not in sock.options
+                transport.auth_publickey(
+                    getpass.getuser(), paramiko.Ed25519Key.from_private_key_file(str(key))
+                )
+                testbed.wait_until(lambda: quickack in sock.options, 10.0, "TCP_QUICKACK")
+                status, _ = adapter.run(transport, "true", 10.0)
+                assert status == 0
+            finally:
+                transport.close()
