@@ -63,7 +63,8 @@ def script(plan: DaemonPlan, child: str | None = None, timeout: float = 5.0) -> 
         agent = shlex.quote(plan.agent[0])
         body += (
             f"; echo {MARK}:agent:$(command -v {agent}); out=$({nested} 2>&1); status=$?; "
-            f"printf '%s\\n' \"$out\" | sed 's/^/{MARK}:via:/'; echo {MARK}:via-status:$status"
+            f"printf '%s\\n' \"$out\" | while IFS= read -r line; do "
+            f"printf '{MARK}:via:%s\\n' \"$line\"; done; echo {MARK}:via-status:$status"
         )
     if plan.prefix:
         body = f"PATH={shlex.quote(plan.prefix)}/bin:$PATH ; export PATH ; {body}"
