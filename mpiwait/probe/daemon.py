@@ -162,6 +162,12 @@ def missing(plan: DaemonPlan, found: Found, via: str = "") -> tuple[str, str]:
             "install the MPI at the same path in the worker image as in the launcher's "
             f"(hydra starts {plan.daemon} by the launcher's own folder)"
         )
+    if not plan.by_name:  # by its path: the worker's PATH does not matter
+        return line, (
+            "install the MPI at the same path in the worker image as in the launcher's "
+            f"(mpirun starts {plan.daemon} as {plan.paths[0]}), or point mpirun at the "
+            "workers' install (--prefix)"
+        )
     return line, (
         "add the MPI's bin folder to PATH for non-interactive logins in the worker image "
         "(/etc/environment, or before .bashrc's early return), or pass mpirun --prefix "

@@ -7,15 +7,23 @@ how often restarted, their exit), mpirun's output in ``kubectl logs`` and mpiwai
 from __future__ import annotations
 
 import re
+import shlex
 import time
+from datetime import datetime
+from typing import Any
 
+import pytest
+from testbed.cluster import images
 from testbed.cluster.mpijob import (
     Jobs,
     as_deployed,
     hold_back,
     load_example,
     restarts,
+    terminations,
+    without_entrypoint,
     without_init,
+    worker_image,
 )
 
 HELD_BACK = 20  # s: one worker's image pull, stood in for by an initContainer that sleeps
@@ -141,6 +149,124 @@ def test_launcher_script_example(jobs: Jobs) -> None:
     out = assert_one_clean_launch(jobs, job, [f"{job}-worker-0", f"{job}-worker-1"], "mpi-launcher")
     assert "pi on 2 workers" in out, out
     assert_waited_for(out, f"{job}-worker-0", f"{job}-worker-1", LATE)
+
+
+def _launcher_logs(jobs: Jobs, job: str, container: str) -> str:
+    """Every run of ``container`` in the job's launcher pods the kubelet still has: the current
+    one's log and, once restarted, the one before it."""
+    return "".join(
+        jobs.logs(pod["metadata"]["name"], container, previous=previous)
+        for pod in jobs.launcher_pods(job)
+        for previous in (True, False)
+    )
+
+
+def _at(timestamp: str) -> datetime:
+    return datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+
+
+# Workers whose prted is not where mpirun starts it (/usr/bin/prted: Open MPI 5 passes its
+# prefix), each with what mpiwait then says (the termination message's first line, after the
+# worker's name, and its hint). "hidden": images.PI_OPENMPI_HIDDEN_PRTED as built, prted in
+# /opt/openmpi/bin, on PATH for interactive shells only. "on-path": the same image with that
+# folder put on the non-interactive PATH too (first in .bashrc, before its early return), as
+# a PATH fix would: mpirun still runs /usr/bin/prted.
+PRTED_MISPLACED = {
+    "hidden": (
+        "no prted at /usr/bin/prted (Open MPI 5's launch would fail: 'No such file or directory')",
+        "install the MPI at the same path in the worker image as in the launcher's (mpirun "
+        "starts prted as /usr/bin/prted), or point mpirun at the workers' install (--prefix)",
+    ),
+    "on-path": (
+        "no prted at /usr/bin/prted; prted is at /opt/openmpi/bin/prted",
+        "install the MPI at the same path in the launcher and worker images, or point mpirun "
+        "at the workers' install (--prefix, OPAL_PREFIX)",
+    ),
+}
+# What Open MPI 5's mpirun says either way, on the launcher (from bash on the worker).
+PRTED_NOT_FOUND = "bash: line 1: /usr/bin/prted: No such file or directory"
+
+
+def _prted_misplaced(doc: dict[str, Any], case: str) -> dict[str, Any]:
+    """``doc`` (bash-entrypoint.yaml) with its workers as PRTED_MISPLACED's ``case``; the
+    launcher keeps the example's image."""
+    doc = worker_image(doc, images.PI_OPENMPI_HIDDEN_PRTED)
+    if case == "on-path":
+        worker = doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        line = "export PATH=/opt/openmpi/bin:$PATH"
+        worker["args"] = [
+            "sh",
+            "-c",
+            f"sed -i '1i {line}' ~/.bashrc && exec {shlex.join(worker['args'])}",
+        ]
+    return doc
+
+
+@pytest.mark.parametrize("case", PRTED_MISPLACED)
+def test_misplaced_prted_control_crash_loops(jobs: Jobs, case: str) -> None:
+    """The control: bash-entrypoint.yaml with the workers' prted not at /usr/bin/prted, and
+    the launcher's script run at once (mpiwait, the ENTRYPOINT, replaced; the PRRTE variables
+    it would add set by hand). mpirun logs in to the workers (its first tries may fail before
+    their names resolve), bash there finds no /usr/bin/prted, mpirun fails and the launcher
+    crash-loops."""
+    doc = without_entrypoint(
+        _prted_misplaced(as_deployed(load_example("bash-entrypoint.yaml")), case)
+    )
+    job = jobs.create(doc)
+
+    def said() -> str:
+        out = _launcher_logs(jobs, job, "mpi-launcher")
+        return out if PRTED_NOT_FOUND in out else ""
+
+    out = jobs.wait_for(f"{PRTED_NOT_FOUND!r} in kubectl logs", said, timeout=180)
+    assert "PRTE has lost communication with a remote daemon." in out, out
+    assert "pi on 2 workers" in out, out  # the script ran, and mpirun after it
+    assert jobs.wait_for("a failed launch", lambda: _failed_launch(jobs, job), timeout=120), out
+
+
+@pytest.mark.parametrize("case", PRTED_MISPLACED)
+def test_misplaced_prted_exits_3_and_says_why(jobs: Jobs, case: str) -> None:
+    """bash-entrypoint.yaml as deployed, the workers' prted not at /usr/bin/prted: mpiwait
+    logs in, finds no prted where mpirun will start it and exits 3 within seconds of the
+    workers being up (not at MPIWAIT_TIMEOUT's 600 s), without running the script; the
+    launcher's termination message (``kubectl describe pod``) names the worker, the daemon
+    and the remedy."""
+    doc = _prted_misplaced(as_deployed(load_example("bash-entrypoint.yaml")), case)
+    job = jobs.create(doc)
+
+    def first_end() -> dict[str, Any] | None:
+        for pod in jobs.launcher_pods(job):
+            for end in terminations(pod, "mpi-launcher"):
+                return end
+        return None
+
+    end = jobs.wait_for("the launcher's first end", first_end, timeout=180)
+    out = _launcher_logs(jobs, job, "mpi-launcher")
+    assert end["exitCode"] == 3, (end, out)
+    what, hint = PRTED_MISPLACED[case]
+    worker = rf"{re.escape(job)}-worker-[01]\.\S+"
+    message = end.get("message", "")
+    assert re.fullmatch(
+        rf"error: {worker}: {re.escape(what)}\nhint: {re.escape(hint)}\n", message
+    ), message
+    # mpiwait's own log says the same, and the script (which echoes before mpirun) never ran.
+    assert (
+        "mpiwait: daemon check: prted at /usr/bin/prted (Open MPI 5's mpirun passes its prefix)"
+        in out
+    ), out
+    assert re.search(rf"^mpiwait: error: {worker}: {re.escape(what)}$", out, re.M), out
+    assert "pi on" not in out, out
+    # Within seconds of the workers being up: from the later of the launcher's start and the
+    # last worker's Ready to mpiwait's exit.
+    ready = [
+        _at(c["lastTransitionTime"])
+        for w in jobs.worker_pods(job)
+        for c in w["status"].get("conditions", [])
+        if c["type"] == "Ready" and c["status"] == "True"
+    ]
+    assert len(ready) == 2, jobs.describe(job)
+    took = (_at(end["finishedAt"]) - max(_at(end["startedAt"]), *ready)).total_seconds()
+    assert took < 30, (took, end, out)
 
 
 def test_worker_replaced_after_it_passed(jobs: Jobs) -> None:

@@ -16,6 +16,10 @@ from debootstrap) and handed to the cluster's containerd as ``docker save`` arch
   Intel MPI 2021.13 as the operator installs it from Intel's apt repository, here the same
   release from PyPI's ``impi-rt`` in ``/opt/intel/oneapi/mpi/2021.13``, ``latest`` linked to it),
   and ``PI_INTEL_MPIWAIT``: examples/kubernetes/intel-entrypoint.Dockerfile built unchanged on it.
+- ``PI_OPENMPI_HIDDEN_PRTED``: ``PI_OPENMPI_MPIWAIT`` with Open MPI 5's daemon (prted) moved to
+  /opt/openmpi/bin, which only interactive shells have on their PATH (added at the end of
+  mpiuser's .bashrc, after Debian's early return for the non-interactive ones): a worker image
+  where ``kubectl exec ... bash`` finds prted and mpirun's remote start does not.
 ``/home/mpiuser/pi`` and ``/usr/local/bin/pi`` print the host they ran on (no compiler in the
 images): mpirun reaching every worker is what the tier checks.
 """
@@ -52,9 +56,10 @@ OPENMPI_PI = "docker.io/mpioperator/mpi-pi:openmpi"
 PI_OPENMPI_MPIWAIT = f"ghcr.io/mpiwait/pi-openmpi-mpiwait:{VERSION}"
 INTEL_PI = "docker.io/mpioperator/mpi-pi:intel"
 PI_INTEL_MPIWAIT = f"ghcr.io/mpiwait/pi-intel-mpiwait:{VERSION}"
+PI_OPENMPI_HIDDEN_PRTED = f"docker.io/mpiwait-tests/pi-openmpi-hidden-prted:{VERSION}"
 ALL = (
     PAUSE, MPIWAIT, OPENMPI, MPICH_PI, PI_MPIWAIT, OPENMPI_PI, PI_OPENMPI_MPIWAIT, INTEL_PI,
-    PI_INTEL_MPIWAIT,
+    PI_INTEL_MPIWAIT, PI_OPENMPI_HIDDEN_PRTED,
 )  # fmt: skip
 
 # mpi-operator v0.8.2's build/base/Dockerfile's ssh settings with Open MPI 4 (Debian 12's 4.1,
@@ -82,6 +87,19 @@ RUN python3 -m venv /opt/intel/oneapi/mpi/2021.13 \
     && /opt/intel/oneapi/mpi/2021.13/bin/pip install --no-cache-dir --disable-pip-version-check \
         impi-rt==2021.13.1 \
     && ln -s 2021.13 /opt/intel/oneapi/mpi/latest
+"""
+
+
+# The MPI under a prefix of its own that only interactive shells put on PATH (the line after
+# .bashrc's early return): prted, the daemon mpirun starts over ssh, moved there (the file itself,
+# should /usr/bin/prted be a link), nothing left at /usr/bin/prted or on the non-interactive PATH.
+HIDDEN_PRTED_DOCKERFILE = rf"""
+FROM {PI_OPENMPI_MPIWAIT}
+RUN prted=$(readlink -f /usr/bin/prted) && test -x "$prted" \
+    && mkdir -p /opt/openmpi/bin && mv "$prted" /opt/openmpi/bin/prted && rm -f /usr/bin/prted \
+    && echo 'export PATH=/opt/openmpi/bin:$PATH' >> /home/mpiuser/.bashrc \
+    && ! su mpiuser -c 'command -v prted' \
+    && su mpiuser -c 'bash -ic "command -v prted" 2>/dev/null' | grep -qx /opt/openmpi/bin/prted
 """
 
 
@@ -117,6 +135,10 @@ def build_all(engine: containers.Engine, bins: Path, out: Path) -> Path:
     engine.build(k8s, PI_MPIWAIT, "-f", str(k8s / "entrypoint.Dockerfile"))
     engine.build(k8s, PI_OPENMPI_MPIWAIT, "-f", str(k8s / "trainer-entrypoint.Dockerfile"))
     engine.build(k8s, PI_INTEL_MPIWAIT, "-f", str(k8s / "intel-entrypoint.Dockerfile"))
+    ctx = out / "pi-openmpi-hidden-prted"
+    ctx.mkdir(exist_ok=True)
+    (ctx / "Dockerfile").write_text(HIDDEN_PRTED_DOCKERFILE)
+    engine.build(ctx, PI_OPENMPI_HIDDEN_PRTED)
     tar = out / "images.tar"
     engine.docker("save", "-o", str(tar), *ALL, timeout=900)
     return tar

@@ -82,6 +82,46 @@ def without_init(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+def worker_image(doc: dict[str, Any], image: str) -> dict[str, Any]:
+    """The workers' containers (initContainers too) run ``image``; the launcher keeps its own."""
+    doc = copy.deepcopy(doc)
+    for c in _containers(doc["spec"]["mpiReplicaSpecs"]["Worker"]):
+        c["image"] = image
+    return doc
+
+
+def without_entrypoint(doc: dict[str, Any]) -> dict[str, Any]:
+    """The control for an example whose launcher image has mpiwait as its ENTRYPOINT: the
+    launcher's main container runs its args at once (``command:``, which replaces the
+    ENTRYPOINT), as an image without mpiwait would. For Open MPI 5 it also sets the PRRTE names
+    of the operator's ``OMPI_MCA_orte_*`` variables, as a user without mpiwait must (what
+    mpiwait would have added; without them Open MPI 5 ignores the operator's hostfile and runs
+    every rank on the launcher, mpi-operator #842)."""
+    doc = copy.deepcopy(doc)
+    main = doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
+    main["command"] = main.pop("args")
+    if doc["spec"].get("mpiImplementation", "OpenMPI") == "OpenMPI":
+        slots = str(doc["spec"].get("slotsPerWorker", 1))
+        main.setdefault("env", []).extend([
+            {"name": "PRTE_MCA_prte_default_hostfile", "value": "/etc/mpi/hostfile"},
+            {"name": "PRTE_MCA_plm_ssh_args", "value": "-o ConnectionAttempts=10"},
+            {"name": "PRTE_MCA_prte_keep_fqdn_hostnames", "value": "true"},
+            {"name": "PRTE_MCA_prte_set_default_slots", "value": slots},
+        ])  # fmt: skip
+    return doc
+
+
+def terminations(pod: dict[str, Any], container: str) -> list[dict[str, Any]]:
+    """What Kubernetes keeps of ``container``'s ends (``kubectl describe pod``'s State and Last
+    State: reason, exitCode, message, startedAt, finishedAt): the one before the current
+    run, then the current run's if it has ended."""
+    for s in pod["status"].get("containerStatuses", []):
+        if s["name"] == container:
+            ends = [s.get("lastState", {}).get("terminated"), s.get("state", {}).get("terminated")]
+            return [t for t in ends if t]
+    return []
+
+
 class Jobs:
     """One namespace of a Cluster, for one test."""
 
@@ -161,8 +201,11 @@ class Jobs:
         assert isinstance(got, dict)
         return got
 
-    def logs(self, pod: str, container: str | None = None) -> str:
+    def logs(self, pod: str, container: str | None = None, previous: bool = False) -> str:
+        """``kubectl logs``: the container's current run, or with ``previous`` the one before
+        (while the kubelet still has it); "" when there is none."""
         args = ["logs", pod] + (["-c", container] if container else [])
+        args += ["--previous"] if previous else []
         out = self.kubectl(*args, check=False).stdout
         assert isinstance(out, str)
         return out
