@@ -128,10 +128,8 @@ def _openmpi(
             how = "on the worker's non-interactive PATH (mpirun by name, no --prefix)"
             return _plan(launch, daemon, (), by_name=True, prefix="", how=how)
     if launch.mpi is Mpi.OPENMPI5 and os.path.isfile(own_path):
-        # Open MPI 5's mpirun execs the prterun of its own install by its path, and the PRRTE
-        # it bundles passes that prefix by default: Debian's 5.0.7, started by name, runs
-        # /usr/bin/prted on the workers ("bash: line 1: /usr/bin/prted: No such file or
-        # directory" when it is elsewhere, on PATH or not; seen on the cluster tier).
+        # its mpirun runs its own install's prterun by path, which starts prted by that prefix
+        # (Debian's and PyPI's alike: docs/daemon-check.md)
         how = f"at {own_path} (Open MPI 5's mpirun passes its prefix)"
         return _plan(launch, daemon, (own_path,), by_name=False, prefix=own, how=how)
     # Open MPI 5 by name may still pass its prefix (a prefix-by-default build, a relocated

@@ -126,8 +126,8 @@ MISSING = {
     "'orted: command not found')",
     "mpich4": "no hydra_pmi_proxy at /usr/bin/hydra_pmi_proxy (MPICH's launch would fail: "
     "'No such file or directory')",
-    "openmpi5": "prted is neither on the non-interactive PATH nor at {bin}/prted (Open MPI 5's "
-    "launch would fail: 'prted: command not found')",
+    "openmpi5": "no prted at {bin}/prted (Open MPI 5's launch would fail: 'No such file or "
+    "directory')",
     "mpich5": "no hydra_pmi_proxy at {bin}/hydra_pmi_proxy (MPICH's launch would fail: "
     "'No such file or directory')",
     "intel": "no hydra_bstrap_proxy at {bin}/hydra_bstrap_proxy (Intel MPI's launch would "
@@ -227,8 +227,8 @@ def test_a_worker_with_the_other_open_mpi_stops_the_wait(bed, launcher):
         # w2's image has Open MPI 4 (Debian's orted on its PATH), not the launcher's Open MPI 5
         b.set_view(1, hide=[*lacks, DEBIAN_DAEMONS[1]])
         detail = (
-            f"prted is neither on the non-interactive PATH nor at {lacks[0]}; it has orted "
-            "at /usr/bin/orted (Open MPI 4), the launcher runs Open MPI 5"
+            f"no prted at {lacks[0]}; it has orted at /usr/bin/orted (Open MPI 4), the "
+            "launcher runs Open MPI 5"
         )
 
     plain = control(b, command, env)

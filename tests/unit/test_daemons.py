@@ -143,12 +143,13 @@ def test_open_mpi_5_by_name_and_its_prefix_variables(tmp_path):
     own = f"{bin_dir.parent}/bin/prted"
     plan = a_plan(["mpirun", "a.out"], {"PATH": str(bin_dir)}, by_default=False)
     assert (plan.mpi, plan.daemon) == ("Open MPI 5", "prted")
-    assert (plan.paths, plan.by_name, plan.prefix) == ((own,), True, "")
+    # its mpirun starts prted by its own prefix (tests/unit/test_daemon_plan_prefix.py)
+    assert (plan.paths, plan.by_name, plan.prefix) == ((own,), False, str(bin_dir.parent))
     # PRTE_PREFIX and OPAL_PREFIX do not move the daemon: Open MPI 5's mpirun sets PRTE_PREFIX
     # from its own location (tests/e2e/test_e2e_daemons.py shows it)
     env = {"PATH": str(bin_dir), "OPAL_PREFIX": "/o/", "PRTE_PREFIX": "/p"}
     plan = a_plan(["mpirun"], env)
-    assert (plan.paths, plan.by_name, plan.prefix) == ((own,), True, "")
+    assert (plan.paths, plan.by_name, plan.prefix) == ((own,), False, str(bin_dir.parent))
     plan = a_plan(["mpirun", "--prefix", "/x", "a.out"], env)
     assert (plan.prefix, plan.how) == ("/x", "at /x/bin/prted (--prefix)")
     plan = a_plan([str(bin_dir / "mpirun")], {"PATH": ""})
