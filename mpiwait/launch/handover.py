@@ -288,7 +288,7 @@ def _prrte_names(
     for old, new in PRRTE_NAMES.items():
         if environ.get(old) is None or environ.get(new) is not None:
             continue
-        if old == _KEEP_FQDN and not_self and _truthy(environ[old]):
+        if old == _KEEP_FQDN and not_self and truthy(environ[old]):
             notes.append(
                 f"{old} not carried over to {new}: this machine is listed as "
                 f"{not_self[0]}, not as its host name {hostname or '(unknown)'}, and PRRTE "
@@ -299,7 +299,7 @@ def _prrte_names(
     return Handover(tuple(changes), tuple(notes))
 
 
-def _truthy(value: str) -> bool:
+def truthy(value: str) -> bool:
     return value.strip().lower() in ("1", "true", "yes", "t", "y", "on", "enabled")
 
 

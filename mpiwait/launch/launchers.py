@@ -64,13 +64,13 @@ def starts_no_mpi(argv: Sequence[str]) -> bool:
     slurm, horovodrun with Gloo); any other wrapper may, and is taken to."""
     name = os.path.basename(argv[0]) if argv else ""
     if name == "deepspeed":
-        return _option(argv, "--launcher", "pdsh").lower() not in _DEEPSPEED_MPI
+        return option(argv, "--launcher", "pdsh").lower() not in _DEEPSPEED_MPI
     if name == "horovodrun":
         return any(arg.partition("=")[0] in _HOROVOD_NO_MPI for arg in argv[1:])
     return False
 
 
-def _option(argv: Sequence[str], flag: str, default: str) -> str:
+def option(argv: Sequence[str], flag: str, default: str) -> str:
     """The first value of ``flag`` (``--flag V`` or ``--flag=V``) in ``argv``, else ``default``."""
     for k, arg in enumerate(argv[1:], start=1):
         if arg == flag and k + 1 < len(argv):

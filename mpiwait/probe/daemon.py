@@ -62,9 +62,9 @@ def script(plan: DaemonPlan, child: str | None = None, timeout: float = 5.0) -> 
         nested = shlex.join([*login, child, script(plan)])
         agent = shlex.quote(plan.agent[0])
         body += (
-            f"; echo {MARK}:agent:$(command -v {agent}); out=$({nested} 2>&1); status=$?; "
+            f"; echo {MARK}:agent:$(command -v {agent}); out=$({nested} 2>&1); "
             f"printf '%s\\n' \"$out\" | while IFS= read -r line; do "
-            f"printf '{MARK}:via:%s\\n' \"$line\"; done; echo {MARK}:via-status:$status"
+            f"printf '{MARK}:via:%s\\n' \"$line\"; done"
         )
     if plan.prefix:
         body = f"PATH={shlex.quote(plan.prefix)}/bin:$PATH ; export PATH ; {body}"
@@ -74,7 +74,8 @@ def script(plan: DaemonPlan, child: str | None = None, timeout: float = 5.0) -> 
 
 
 def _find(plan: DaemonPlan) -> str:
-    checks = [f"echo {MARK}:begin"]
+    # the first echo ends a line that the login's own output may have left open
+    checks = [f"echo; echo {MARK}:begin"]
     for path in plan.paths:
         q = shlex.quote(path)
         checks.append(f"if [ -f {q} ] && [ -x {q} ]; then echo {MARK}:path:1:{q}; "

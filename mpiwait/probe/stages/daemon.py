@@ -11,6 +11,7 @@ from mpiwait.probe import paramiko_adapter as adapter
 from mpiwait.probe.daemon import MARK, DaemonPlan, missing, read, script
 from mpiwait.probe.outcome import Outcome, Reason, Stage, Status, retry
 from mpiwait.probe.stages.step import Session
+from mpiwait.settings import DAEMON_CHECK_TIMEOUT
 
 # What a worker's ssh says when it cannot log in to another, and waiting will not change it.
 _FOR_GOOD = ("Permission denied", "Host key verification failed", "No user exists")
@@ -22,25 +23,30 @@ _TREE_HINT = (
 
 
 class DaemonCheck:
+    """The step: one command per worker on its session, until the worker passes once."""
+
     def __init__(self, plan: DaemonPlan) -> None:
         self._plan = plan
         self._passed: set[str] = set()
         self._lock = threading.Lock()
 
     def __call__(self, session: Session) -> Outcome | None:
+        import paramiko  # here, not at the top: --check tcp imports this module, never logs in
+
         host = session.target.host
         with self._lock:
             if host in self._passed:
                 return None
         child = (self._plan.tree or {}).get(host)
-        timeout = session.timeout
-        command = script(self._plan, child, timeout)
-        # a tree check waits for the worker's own login to another within it
-        status, text = adapter.run(session.transport, command, timeout * (2 if child else 1))
+        # a spawning worker's own login to its child must fit in too
+        timeout = DAEMON_CHECK_TIMEOUT + (session.timeout if child else 0)
+        command = script(self._plan, child, session.timeout)
+        try:
+            status, text = adapter.run(session.transport, command, timeout)
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            return retry(Stage.SSH, Reason.DAEMON, f"the daemon check's session failed: {exc}")
         if status is None:
-            return retry(
-                Stage.SSH, Reason.DAEMON, f"the daemon check did not finish in {timeout:g}s"
-            )
+            return retry(Stage.SSH, Reason.DAEMON, f"the daemon check took over {timeout:g}s")
         outcome = judge(self._plan, host, child, text.splitlines())
         if outcome is None:
             with self._lock:
