@@ -180,7 +180,7 @@ PRTED_MISPLACED = {
     "on-path": (
         "no prted at /usr/bin/prted; prted is at /opt/openmpi/bin/prted",
         "install the MPI at the same path in the launcher and worker images, or point mpirun "
-        "at the workers' install (--prefix, OPAL_PREFIX)",
+        "at the workers' install (mpirun --prefix)",
     ),
 }
 # What Open MPI 5's mpirun says either way, on the launcher (from bash on the worker).
