@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import warnings
 from collections.abc import Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -55,7 +56,11 @@ def load_identity(path: str) -> Identity:
     # here, not at the top: only a login reads keys (--check tcp never loads paramiko)
     import paramiko
     from cryptography.exceptions import UnsupportedAlgorithm
+    from paramiko.pkey import UnknownKeyType
 
+    # paramiko 3 looks up cryptography's DSA class for every key it reads, and cryptography 51
+    # warns on that lookup: a line in the user's log about a key type nobody gave it.
+    warnings.filterwarnings("ignore", message="DSA is deprecated", module="paramiko")
     try:
         _check_mode(path)
         key = paramiko.PKey.from_path(path)
@@ -84,10 +89,16 @@ def load_identity(path: str) -> Identity:
         ) from None
     except IsADirectoryError:
         raise PermanentError(f"identity file {path} is a directory") from None
-    except UnsupportedAlgorithm as exc:
-        # cryptography names the key type, never the key's content.
+    except (UnsupportedAlgorithm, UnknownKeyType) as exc:
+        # cryptography names the key type, never the key's content; a cryptography that can
+        # parse the key leaves paramiko to refuse it with the type's class, whose name we give.
+        if isinstance(exc, UnknownKeyType):
+            kind = getattr(exc.key_type, "__name__", str(exc.key_type))
+            reason = f"Unsupported key type ({kind[:80]})"
+        else:
+            reason = str(exc)[:120]
         raise UnsupportedKeyType(
-            f"identity file {path}: {str(exc)[:120]}; OpenSSH logs in with it, but mpiwait "
+            f"identity file {path}: {reason}; OpenSSH logs in with it, but mpiwait "
             "(paramiko) cannot, so it cannot prove that login",
             hint="give the launcher an RSA, ECDSA or Ed25519 key as well (mpi-operator's "
             "ssh-auth secret holds one), or wait with --check tcp",
