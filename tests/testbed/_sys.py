@@ -223,6 +223,18 @@ def unnamed_uid() -> int:
     raise AssertionError("every uid from 54321 to 54420 has a passwd entry")
 
 
+def fake_install(root: Path, *files: str, links: dict[str, str] | None = None) -> Path:
+    """A folder with these (executable, empty) files and symlinks: an install to look at."""
+    root.mkdir(parents=True, exist_ok=True)
+    for f in files:
+        p = root / f
+        p.write_text("#!/bin/sh\n")
+        p.chmod(0o755)
+    for name, target in (links or {}).items():
+        (root / name).symlink_to(target)
+    return root
+
+
 def write_in_place(path: Path | str, text: str) -> None:
     """Rewrite a bind-mounted file (a launcher's hosts file) without replacing its inode and
     never shorter than before (a longer old text is padded with a comment), so a concurrent

