@@ -1,5 +1,5 @@
 """What the steps of the ssh stage share: the attempt's values, and the one interface each step
-(handshake.py, host_key.py, login.py, remote_command.py) implements."""
+(handshake.py, host_key.py, login.py, remote_command.py, daemon.py) implements."""
 
 from __future__ import annotations
 
