@@ -82,7 +82,7 @@ def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> 
 
 @pytest.fixture
 def old_kubeadm_dns(cluster: Cluster) -> Iterator[None]:
-    """CoreDNS configured as kubeadm did before 1.32 for one test, then as 1.35's again."""
+    """CoreDNS configured as kubeadm did before 1.32 for one test, then as 1.37's again."""
     cluster.configure_dns("old-kubeadm")
     try:
         yield

@@ -1,4 +1,4 @@
-"""MPIJobs run by the real mpi-operator v0.8.2 on a real single-node Kubernetes 1.35, with mpiwait
+"""MPIJobs run by the real mpi-operator v0.8.2 on a real single-node Kubernetes 1.37, with mpiwait
 as users deploy it (the examples in examples/kubernetes/, images built here, names aside).
 
 What a user would see is what is checked: the MPIJob's condition, the launcher's pods (how many,

@@ -1,5 +1,5 @@
 """Kubeflow Trainer v2 TrainJobs run by the real Trainer v2.2.0 and JobSet v0.11.1 controllers (with
-their webhooks) on the tier's real Kubernetes 1.35, with mpiwait as the examples deploy it
+their webhooks) on the tier's real Kubernetes 1.37, with mpiwait as the examples deploy it
 (examples/kubernetes/trainer-v2*.yaml, images built here, names aside).
 
 What a user would see is what is checked: the TrainJob's condition, the launcher's pod (one,

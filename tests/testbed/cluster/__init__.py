@@ -2,7 +2,7 @@
 
 ``Cluster(workdir, bins)`` runs, as processes of this machine: etcd, kube-apiserver,
 kube-controller-manager, kube-scheduler, a containerd of its own (Debian's, with runc and the CNI
-plugins), the kubelet, CoreDNS (the kubernetes plugin, configured as kubeadm 1.35 does, or with
+plugins), the kubelet, CoreDNS (the kubernetes plugin, configured as kubeadm 1.37 does, or with
 ``dns="old-kubeadm"`` as kubeadm did before 1.32: ``cache 30`` over ``ttl 30``) and mpi-operator
 v0.8.2 with its own CRD; with ``trainer=True`` (or ``start_trainer()`` once started) also JobSet
 v0.11.1 and Kubeflow Trainer v2.2.0: their CRDs and webhooks as upstream's manifests have them,
@@ -131,7 +131,7 @@ def _sysctl_path(name: str) -> Path:
 
 
 def corefile(dns: str, kubeconfig: Path) -> str:
-    """CoreDNS's configuration: kubeadm 1.35's (``cache 30`` with cluster.local's answers not
+    """CoreDNS's configuration: kubeadm 1.37's (``cache 30`` with cluster.local's answers not
     cached, ``ttl 30``), or ``old-kubeadm``'s (plain ``cache 30``: a "no such name" for a worker
     is kept up to 30 s after its pod is Ready). Bound to the node's address; ``reload`` as
     kubeadm's, checked every ``RELOAD`` instead of 30 s so that ``Cluster.configure_dns`` (one
@@ -283,6 +283,8 @@ class Cluster:
             # Webhooks served on the host (JobSet's, Trainer's) are reached through their
             # Services' EndpointSlices, not ClusterIPs: no kube-proxy here.
             "--enable-aggregator-routing=true",
+            # MutatingAdmissionPolicy is v1 here; v1beta1 too, for deploy/'s 1.34-1.35 variant.
+            "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
         ])  # fmt: skip
         self._wait("the apiserver", lambda: self.kubectl("get", "--raw", "/readyz", check=False)
                    .returncode == 0, 120)  # fmt: skip
@@ -291,7 +293,7 @@ class Cluster:
             "--use-service-account-credentials",
             f"--service-account-private-key-file={pki}/sa.key", f"--root-ca-file={pki}/ca.crt",
             "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0",
-            "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle", "--v=1",
+            "--controllers=*,-node-ipam-controller", "--v=1",
         ])  # fmt: skip
         self._spawn("kube-scheduler", [
             "kube-scheduler", f"--kubeconfig={self.workdir}/sched.kubeconfig",
