@@ -5,6 +5,7 @@ images; later runs reuse both."""
 
 from __future__ import annotations
 
+import hashlib
 import re
 import signal
 import subprocess
@@ -96,7 +97,9 @@ J = TypeVar("J", bound=Jobs)
 def _own_namespace(kind: type[J], cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[J]:
     """A namespace named after the test, deleted (with everything in it) afterwards."""
     name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")[:50].rstrip("-")
-    j = kind(cluster, f"t-{name}")
+    # Parametrized tests' names differ at the end: a short digest keeps each one's own.
+    digest = hashlib.sha256(request.node.name.encode()).hexdigest()[:6]
+    j = kind(cluster, f"t-{name}-{digest}")
     try:
         yield j
     finally:

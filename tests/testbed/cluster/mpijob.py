@@ -31,6 +31,16 @@ def load_example(name: str) -> dict[str, Any]:
     return doc
 
 
+def operator_example(cluster: Cluster, name: str) -> dict[str, Any]:
+    """One of mpi-operator's own examples, as its module has it (scripts/build-cluster keeps
+    examples/v2beta1/pi/pi.yaml beside the CRD, as operator-pi.yaml)."""
+    import yaml  # a test extra
+
+    doc = yaml.safe_load((cluster.bins / f"operator-{name}").read_text())
+    assert isinstance(doc, dict)
+    return doc
+
+
 def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
     pod = spec["template"]["spec"]
     return [*pod.get("initContainers", []), *pod.get("containers", [])]
