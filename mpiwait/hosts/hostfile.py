@@ -21,6 +21,7 @@ __all__ = [
     "Host",
     "count_hosts",
     "dedupe",
+    "host_key",
     "hosts_word",
     "is_ip",
     "parse_discover_script",
@@ -260,7 +261,7 @@ def _error(source: str, lineno: int, problem: str, line: str) -> InputError:
     return InputError(f"{source}:{lineno}: {problem}: {repr_cut(line)}")
 
 
-def _host_key(name: str) -> str:
+def host_key(name: str) -> str:
     """What makes two names the same host: DNS is case-insensitive; IPv6 has many spellings."""
     address = split_ipv6(name)
     if address is not None:
@@ -274,7 +275,7 @@ def dedupe(hosts: Iterable[Host]) -> list[Host]:
     seen: set[str] = set()
     unique: list[Host] = []
     for host in hosts:
-        key = _host_key(host.name)
+        key = host_key(host.name)
         if key not in seen:
             seen.add(key)
             unique.append(host)

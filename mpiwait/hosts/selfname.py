@@ -12,7 +12,7 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from mpiwait.hosts.hostfile import is_ip, split_ipv6
+from mpiwait.hosts.hostfile import host_key, is_ip
 from mpiwait.settings import SELF_LOOKUP_TIMEOUT
 
 __all__ = ["SelfNames"]
@@ -22,11 +22,7 @@ def _normalize_name(name: str) -> str:
     name = name.strip().lower()
     if name.endswith("."):
         name = name[:-1]
-    address = split_ipv6(name)
-    if address is not None:
-        _, percent, scope = name.partition("%")
-        return f"{address.compressed}{percent}{scope}"
-    return name
+    return host_key(name)
 
 
 def _answer_within(lookup: Callable[[], str], timeout: float) -> list[str]:
