@@ -90,7 +90,7 @@ def build_image(
 ) -> str:
     """scripts/build-image as the release runs it (builds fetch over the host's network)."""
     testbed.require("git")
-    BUILT_FROM[tag] = _built_commit()
+    BUILT_FROM[tag] = testbed.built_commit()
     argv = [str(REPO / "scripts/build-image"), "--tag", tag, "--sbom", str(sbom)]
     if platform:
         argv += ["--platform", platform]
@@ -370,18 +370,6 @@ def test_image_refuses_a_wrong_key(job, workers, mpiwait_image, tmp_path):
 
 # --------------------------------------------------------------------------------------------
 # The release build: labels, SBOM, commit, the same bundle twice
-
-
-def _git(*args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.strip()
-
-
-def _built_commit() -> str:
-    """What scripts/build-image stamps: HEAD for a clean tree, nothing otherwise."""
-    clean = _git("status", "--porcelain", "--untracked-files=no") == ""
-    return _git("rev-parse", "HEAD") if clean else ""
 
 
 def _lock_pins(arch: str) -> dict[str, tuple[str, str]]:

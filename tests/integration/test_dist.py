@@ -40,12 +40,6 @@ pytestmark = [
 ]
 
 
-def _git(*args: str) -> str:
-    return subprocess.run(
-        ["git", *args], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.strip()
-
-
 def locked_wheels() -> Path:
     """The locked wheels for this machine, downloaded once (pip checks every hash)."""
     key = hashlib.sha256(b"".join(p.read_bytes() for p in LOCKS)).hexdigest()[:16]
@@ -83,10 +77,6 @@ def dist(wheels: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _clean_tree() -> bool:
-    return _git("status", "--porcelain", "--untracked-files=no") == ""
-
-
 def test_sdist_and_wheel_carry_the_licence_and_metadata(dist: Path) -> None:
     version = mpiwait.__version__
     wheel = dist / f"mpiwait-{version}-py3-none-any.whl"
@@ -107,20 +97,14 @@ def test_sdist_and_wheel_carry_the_licence_and_metadata(dist: Path) -> None:
     assert "Changelog" in urls and "Issues" in urls
     assert "Programming Language :: Python :: 3.11" in meta.get_all("Classifier")
     assert "Typing :: Typed" in meta.get_all("Classifier")
-    if _clean_tree():
-        assert f'COMMIT: str | None = "{_git("rev-parse", "HEAD")}"' in stamp
+    commit = testbed.built_commit()
+    if commit:
+        assert f'COMMIT: str | None = "{commit}"' in stamp
     else:
         assert "COMMIT: str | None = None" in stamp
     with tarfile.open(sdist) as t:
         members = {m.name.split("/", 1)[1] for m in t.getmembers() if "/" in m.name}
     assert {"LICENSE", "README.md", "pyproject.toml", "mpiwait/cli.py"} <= members
-
-
-@pytest.fixture
-def lab(tmp_path: Path):
-    with testbed.Lab(tmp_path / "lab") as made:
-        yield made
-        assert not made.problems()
 
 
 def test_wheel_in_a_clean_venv_reports_its_build_and_waits_for_real_sshd(
@@ -149,8 +133,8 @@ def test_wheel_in_a_clean_venv_reports_its_build_and_waits_for_real_sshd(
     assert version.returncode == 0, version.stderr
     lines = version.stdout.splitlines()
     assert lines[0] == f"mpiwait, version {mpiwait.__version__}"
-    if _clean_tree():
-        assert lines[1].startswith(f"commit: {_git('rev-parse', 'HEAD')} (")
+    if commit := testbed.built_commit():
+        assert lines[1].startswith(f"commit: {commit} (")
     assert lines[2].endswith(f"({venv}/bin/python3)"), lines  # the script's interpreter
 
     key = lab.key("id_ed25519")

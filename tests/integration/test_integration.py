@@ -121,14 +121,6 @@ def fingerprint(key: Path) -> str:
     return out.split()[1]  # SHA256:...
 
 
-@pytest.fixture
-def lab(tmp_path: Path):
-    with Lab(tmp_path / "lab") as made:
-        yield made
-        problems = made.problems()
-        assert not problems, f"background actions failed: {problems}"
-
-
 @dataclass
 class Cluster:
     key: Path

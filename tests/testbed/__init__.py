@@ -56,6 +56,7 @@ What a test needs from the machine (_needs: one table, which scripts/install-tes
     needs`` lists it with what is here (``needs plan``: what scripts/install-test-deps installs).
 
 Housekeeping: missing_requirements(flavour), cleanup_stale(), bed_names(prefix), bed_owner(name),
+    built_commit() (the commit scripts/build-dist and build-image stamp from here, or ""),
     write_in_place(path, text) (a bind-mounted file rewritten, never seen empty),
     unnamed_uid() (a uid with no passwd entry), BedError, ENV_TAG, STATE_ROOT, SSHD. Submodules
     ``containers`` (a private dockerd and Debian base images: Engine), ``releases`` (Debian's
@@ -111,6 +112,7 @@ from ._sys import (
     ENV_TAG,
     STATE_ROOT,
     BedError,
+    built_commit,
     fake_install,
     kill_group,
     listening,
@@ -142,6 +144,7 @@ __all__ = [
     "alive",
     "bed_names",
     "bed_owner",
+    "built_commit",
     "check_json_log",
     "check_output_hygiene",
     "cleanup_stale",

@@ -20,6 +20,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from ._needs import REPO
+
 STATE_ROOT = Path("/tmp/mpiwait-testbed")  # state files, lock, files a non-root user must read
 ENV_TAG = "MPIWAIT_TESTBED"  # env var marking every process a bed starts
 
@@ -233,6 +235,19 @@ def fake_install(root: Path, *files: str, links: dict[str, str] | None = None) -
     for name, target in (links or {}).items():
         (root / name).symlink_to(target)
     return root
+
+
+def built_commit() -> str:
+    """The commit scripts/build-dist and build-image stamp from this checkout: HEAD when no
+    tracked file has changed, "" otherwise."""
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=REPO, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    clean = git("status", "--porcelain", "--untracked-files=no") == ""
+    return git("rev-parse", "HEAD") if clean else ""
 
 
 def write_in_place(path: Path | str, text: str) -> None:
