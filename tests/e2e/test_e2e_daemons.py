@@ -15,13 +15,12 @@ and MPICH 4 (/usr/bin/hydra_pmi_proxy) are on every worker's non-interactive PAT
 from __future__ import annotations
 
 import shutil
-import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 import testbed
-from test_e2e_handover import path_with, pypi_mpi
+from test_e2e_handover import bed_network, control, path_with, pypi_mpi
 from test_e2e_mpi import RUN_TIMEOUT, mpiwait_env, show
 
 pytestmark = [pytest.mark.root, pytest.mark.mpi, testbed.needs("netns")]
@@ -31,16 +30,6 @@ DEADLINE = ["--timeout", "60"]
 CONTROL_TIMEOUT = 15.0
 # The Debian MPIs' daemons, on every worker's non-interactive PATH unless hidden.
 DEBIAN_DAEMONS = (Path("/usr/bin/orted"), Path("/usr/bin/hydra_pmi_proxy"))
-
-
-def control(b: testbed.TestBed, command: Sequence[str], env: dict[str, str]):
-    """The plain launch, no mpiwait; a hang (MPICH 4.0) comes back as exit status None."""
-    try:
-        return b.run(command, env=env, timeout=CONTROL_TIMEOUT)
-    except subprocess.TimeoutExpired as e:
-        out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
-        err = e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr or ""
-        return subprocess.CompletedProcess(e.cmd, None, out, err)
 
 
 def through_mpiwait(
@@ -60,15 +49,6 @@ def assert_stopped_on(r: testbed.Result, host: str, detail: str, *, whole: bool 
     assert r.stderr.count("mpiwait: error: ") == 1, show(r)
     assert "mpiwait: hint: " in r.stderr, show(r)
     assert r.stdout == "", show(r)
-
-
-def bed_network(b: testbed.TestBed) -> dict[str, str]:
-    """The bed's network and scratch for Open MPI 4 and 5 (as test_e2e_handover's)."""
-    return {
-        "PRTE_MCA_oob_tcp_if_include": b.subnet,
-        "PRTE_MCA_prte_tmpdir_base": str(b.tmp_dir),
-        "OMPI_MCA_btl_tcp_if_include": b.subnet,
-    }
 
 
 def second_install(prefix: Path, daemon: Path) -> Path:
@@ -151,7 +131,7 @@ def test_a_worker_without_the_daemon_where_mpirun_starts_it_stops_the_wait(bed, 
     # w2's image has no MPI where mpirun looks: neither the launcher's nor Debian's
     b.set_view(1, hide=[*lacks, *DEBIAN_DAEMONS])
 
-    plain = control(b, command, env)
+    plain = control(b, None, command, env, timeout=CONTROL_TIMEOUT)
     assert plain.returncode != 0, "mpirun started with no daemon on w2" + show(plain)
     assert said in plain.stderr, show(plain)
 
@@ -199,7 +179,7 @@ def test_open_mpi_5_ignores_opal_prefix_and_so_does_the_check(bed, tmp_path):
     b.set_view(1, hide=[*lacks, *DEBIAN_DAEMONS])
     for variable in ("OPAL_PREFIX", "PRTE_PREFIX"):
         moved = env | {variable: str(other)}
-        plain = control(b, command, moved)
+        plain = control(b, None, command, moved, timeout=CONTROL_TIMEOUT)
         assert plain.returncode != 0, show(plain)
         assert said in plain.stderr, show(plain)
         r = through_mpiwait(b, command, moved)
@@ -231,7 +211,7 @@ def test_a_worker_with_the_other_open_mpi_stops_the_wait(bed, launcher):
             "launcher runs Open MPI 5"
         )
 
-    plain = control(b, command, env)
+    plain = control(b, None, command, env, timeout=CONTROL_TIMEOUT)
     assert plain.returncode != 0, show(plain)
     assert said in plain.stderr, show(plain)
 
@@ -263,7 +243,7 @@ def test_tree_spawn_through_a_worker_that_cannot_log_in_stops_the_wait(bed, tmp_
     # w1's image lacks the job's key: it cannot log in to w3 (the launcher still reaches w1)
     b.set_view(0, hide=[key])
 
-    plain = control(b, command, env)
+    plain = control(b, None, command, env, timeout=CONTROL_TIMEOUT)
     assert plain.returncode != 0, "tree spawn went without w1's key" + show(plain)
     assert "Permission denied (publickey)" in plain.stderr, show(plain)
     assert sorted(plain.stdout.split()) != ["w1", "w2", "w3", "w4"], show(plain)

@@ -39,6 +39,7 @@ from test_e2e_mpi import (
     progress,
     show,
 )
+from testbed import OPERATOR_OPENMPI
 
 from mpiwait.launch.handover import PRRTE_NAMES
 
@@ -108,12 +109,19 @@ class LauncherPod:
 
 
 def control(
-    b: testbed.TestBed, pod: LauncherPod, command: list[str], env, timeout=CONTROL_TIMEOUT, **mounts
+    b: testbed.TestBed,
+    pod: LauncherPod | None,
+    command: Sequence[str],
+    env,
+    timeout=CONTROL_TIMEOUT,
+    **mounts,
 ):
-    """The plain launch, no mpiwait; a hang (MPICH 4.0) comes back as exit status None. A
-    control that must end on its own (horovodrun, deepspeed, wrappers) gets RUN_TIMEOUT."""
+    """The plain launch, no mpiwait, in ``pod`` (None: on the bed as it is); a hang (MPICH 4.0)
+    comes back as exit status None. A control that must end on its own (horovodrun, deepspeed,
+    wrappers) gets RUN_TIMEOUT."""
+    argv = command if pod is None else pod.argv(list(command))
     try:
-        return b.run(pod.argv(command), env=env, timeout=timeout, **mounts)
+        return b.run(argv, env=env, timeout=timeout, **mounts)
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else e.stdout or ""
         err = e.stderr.decode() if isinstance(e.stderr, bytes) else e.stderr or ""
@@ -125,6 +133,15 @@ def through_mpiwait(b, pod, command, env, *, when, then, args=(), **mounts):
         b, [*DEADLINE, *args], command=command, env=env, wrapper=pod.argv([]), read=True, **mounts
     )
     return finish(p, when=when, then=then, timeout=RUN_TIMEOUT)
+
+
+def w2_late(b, pod, command, env, **mounts):
+    """Through mpiwait, with w2's sshd coming up after mpiwait has seen it down."""
+    b.stop_sshd(1)
+    return through_mpiwait(
+        b, pod, command, env, **mounts,
+        when=progress("w2: tcp refused"), then=[(0.5, lambda: b.start_sshd(1))],
+    )  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------
@@ -170,12 +187,7 @@ def test_hydra_workers_call_back_to_a_launcher_name_they_cannot_resolve(bed, tmp
         assert "pi-launcher" in plain.stderr, show(plain)
     assert "w1" not in plain.stdout and "w2" not in plain.stdout, show(plain)
 
-    # Through mpiwait, with w2's sshd coming up after mpiwait has seen it down.
-    b.stop_sshd(1)
-    r = through_mpiwait(
-        b, pod, command, env, etc_mpi=etc_mpi,
-        when=progress("w2: tcp refused"), then=[(0.5, lambda: b.start_sshd(1))],
-    )  # fmt: skip
+    r = w2_late(b, pod, command, env, etc_mpi=etc_mpi)
     assert r.returncode == 0, show(r)
     answers = ["w1", "w2"] if mpi == "mpich4" else ["w1 3", "w2 3"]
     assert sorted(r.stdout.splitlines()) == answers, show(r)
@@ -197,15 +209,8 @@ def test_hydra_workers_call_back_to_a_launcher_name_they_cannot_resolve(bed, tmp
 # --------------------------------------------------------------------------------------------
 # 2. Open MPI 5 ignores the operator's variables
 
-OPERATOR_OPENMPI = {
-    "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
-    "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
-    "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
-    "OMPI_MCA_orte_set_default_slots": "1",
-}
 
-
-def _bed_network(b: testbed.TestBed) -> dict[str, str]:
+def bed_network(b: testbed.TestBed) -> dict[str, str]:
     """The bed's network and scratch, not the operator's (PRRTE and Open MPI 4 names)."""
     return {
         "PRTE_MCA_oob_tcp_if_include": b.subnet,
@@ -224,7 +229,7 @@ def _open_mpi_launcher(
     etc_mpi = b.write_etc_mpi(tmp / "etc-mpi", flavor="openmpi")
     pod = LauncherPod(b, tmp, "pi-launcher")
     env = mpiwait_env(
-        K_MPI_JOB_ROLE="launcher", PATH=path_with(bin_dir), **OPERATOR_OPENMPI, **_bed_network(b),
+        K_MPI_JOB_ROLE="launcher", PATH=path_with(bin_dir), **OPERATOR_OPENMPI, **bed_network(b),
         **env,
     )  # fmt: skip
     return etc_mpi, pod, env
@@ -241,11 +246,7 @@ def test_open_mpi_5_with_only_the_operators_variables_runs_on_the_workers(bed, t
     assert plain.returncode == 0, show(plain)
     assert sorted(plain.stdout.splitlines()) == ["pi-launcher 3", "pi-launcher 3"], show(plain)
 
-    b.stop_sshd(1)
-    r = through_mpiwait(
-        b, pod, command, env, etc_mpi=etc_mpi,
-        when=progress("w2: tcp refused"), then=[(0.5, lambda: b.start_sshd(1))],
-    )  # fmt: skip
+    r = w2_late(b, pod, command, env, etc_mpi=etc_mpi)
     assert r.returncode == 0, show(r)
     assert sorted(r.stdout.splitlines()) == ["w1 3", "w2 3"], show(r)
     assert "; then Open MPI 5 (mpirun: prterun next to it)" in r.stderr, show(r)
@@ -277,7 +278,7 @@ def test_self_entry_that_resolves_late_is_waited_for_not_logged_into(bed, tmp_pa
         "".join(f"{h} slots=1\n" for h in [*TRAINER_NODES, TRAINER_LAUNCHER])
     )
     pod = LauncherPod(b, tmp_path, "pi-launcher-0-0", late=(TRAINER_LAUNCHER,))
-    env = mpiwait_env(PATH=path_with(bin_dir), **OPERATOR_OPENMPI, **_bed_network(b))
+    env = mpiwait_env(PATH=path_with(bin_dir), **OPERATOR_OPENMPI, **bed_network(b))
     command = ["mpirun", "--allow-run-as-root", "-n", "3", "hostname"]
     everyone = ["pi-launcher-0-0", "pi-node-0-0", "pi-node-0-1"]
 

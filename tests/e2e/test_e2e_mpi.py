@@ -300,10 +300,7 @@ def test_mpi_operator_layout_with_no_ssh_flags(bed, tmp_path, flavor):
     if flavor == "openmpi":
         env = mpiwait_env(
             K_MPI_JOB_ROLE="launcher",
-            OMPI_MCA_orte_default_hostfile="/etc/mpi/hostfile",
-            OMPI_MCA_plm_rsh_args="-o ConnectionAttempts=10",
-            OMPI_MCA_orte_keep_fqdn_hostnames="true",
-            OMPI_MCA_orte_set_default_slots="1",
+            **testbed.OPERATOR_OPENMPI,
             # the bed's network, not the operator's
             OMPI_MCA_oob_tcp_if_include=b.subnet,
             OMPI_MCA_btl_tcp_if_include=b.subnet,

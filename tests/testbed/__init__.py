@@ -55,6 +55,10 @@ What a test needs from the machine (_needs: one table, which scripts/install-tes
     ``find(name)`` a Found or None, without pytest; ``NEEDS`` the table; ``python -m testbed
     needs`` lists it with what is here (``needs plan``: what scripts/install-test-deps installs).
 
+What tests build from or compare with: ``fake_install(root, *files, links=)`` (empty executables
+    and links: an install to look at), ``ssh_target(**changes)`` (mpiwait's SSHTarget for w1),
+    ``OPERATOR_OPENMPI`` (what mpi-operator sets in an Open MPI launcher's environment).
+
 Housekeeping: missing_requirements(flavour), cleanup_stale(), bed_names(prefix), bed_owner(name),
     built_commit() (the commit scripts/build-dist and build-image stamp from here, or ""),
     write_in_place(path, text) (a bind-mounted file rewritten, never seen empty),
@@ -72,7 +76,7 @@ Inside (private, one job a module): the labs _netns (TestBed), _manyhosts (ManyH
     veths, up/down), _sshd (keys, sshd_config, ssh_config, starting sshd), _names (files-only
     names, the mount namespace command), _launcher (the launcher context), _registry (lab ids,
     stale cleanup); TestBed's parts _workers (processes in a worker), _faults, _mpi; _wrap,
-    _proc, _sys.
+    _proc, _sys; _unit (the unit tier's inputs).
 """
 
 from __future__ import annotations
@@ -84,6 +88,7 @@ from ._lab import (
     keygen,
     public_key,
 )
+from ._launcher import OPERATOR_OPENMPI
 from ._loopbed import LoopBed
 from ._manyhosts import ManyHosts
 from ._namespaces import SSHD
@@ -113,12 +118,12 @@ from ._sys import (
     STATE_ROOT,
     BedError,
     built_commit,
-    fake_install,
     kill_group,
     listening,
     unnamed_uid,
     write_in_place,
 )
+from ._unit import fake_install, ssh_target
 from ._wrap import dns_blackhole_files, wrap
 
 NEEDS = _needs.TABLE
@@ -129,6 +134,7 @@ json_log_seen = _jsonlog.seen
 __all__ = [
     "ENV_TAG",
     "NEEDS",
+    "OPERATOR_OPENMPI",
     "SSHD",
     "STATE_ROOT",
     "BedError",
@@ -170,6 +176,7 @@ __all__ = [
     "releases",
     "require",
     "run",
+    "ssh_target",
     "start",
     "strict_mode",
     "summary",

@@ -12,6 +12,7 @@ import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 from ._names import files_only_cmd
@@ -19,6 +20,16 @@ from ._registry import claim_dir
 from ._sys import ENV_TAG, BedError, drop_to, kill_group
 
 _LAUNCHER_KW = ("etc_mpi", "home_ssh", "ssh_config", "as_user")
+
+# What mpi-operator sets in an Open MPI launcher's environment (read-only: tests share it).
+OPERATOR_OPENMPI: Mapping[str, str] = MappingProxyType(
+    {
+        "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
+        "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
+        "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
+        "OMPI_MCA_orte_set_default_slots": "1",
+    }
+)
 
 
 def user_entry(user: str) -> pwd.struct_passwd:

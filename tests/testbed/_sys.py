@@ -225,18 +225,6 @@ def unnamed_uid() -> int:
     raise AssertionError("every uid from 54321 to 54420 has a passwd entry")
 
 
-def fake_install(root: Path, *files: str, links: dict[str, str] | None = None) -> Path:
-    """A folder with these (executable, empty) files and symlinks: an install to look at."""
-    root.mkdir(parents=True, exist_ok=True)
-    for f in files:
-        p = root / f
-        p.write_text("#!/bin/sh\n")
-        p.chmod(0o755)
-    for name, target in (links or {}).items():
-        (root / name).symlink_to(target)
-    return root
-
-
 def built_commit() -> str:
     """The commit scripts/build-dist and build-image stamp from this checkout: HEAD when no
     tracked file has changed, "" otherwise."""

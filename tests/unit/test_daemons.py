@@ -6,6 +6,7 @@ runs it once per worker; the option and variable; and the --dry-run line."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -19,7 +20,6 @@ from testbed import fake_install as install
 
 from mpiwait.launch.daemons import daemon_plan, ompi_prefix_by_default, shell_kind, tree_pairs
 from mpiwait.launch.handover import recognise
-from mpiwait.openssh.config import SSHTarget
 from mpiwait.probe.daemon import MARK, DaemonPlan, Found, missing, read, script
 from mpiwait.probe.outcome import Outcome, Reason, Stage, Status
 from mpiwait.probe.stages.daemon import DaemonCheck, judge
@@ -485,7 +485,7 @@ def by_name(**kw: object) -> DaemonPlan:
     """Open MPI 4's mpirun by name, no prefix."""
     how = "on the worker's non-interactive PATH (mpirun by name, no --prefix)"
     plan = DaemonPlan("Open MPI 4", False, "orted", (), True, "", how)
-    return DaemonPlan(**{**{f: getattr(plan, f) for f in plan.__dataclass_fields__}, **kw})
+    return dataclasses.replace(plan, **kw)
 
 
 def at_prefix(prefix: str) -> DaemonPlan:
@@ -649,10 +649,7 @@ def test_the_profile_and_prefix_variants_together(workers, tmp_path):
     install(prefix / "bin", "orted")
     workers.worker("w1")
     (workers.home / ".profile").write_text("echo from-profile\n")
-    plan = at_prefix(str(prefix))
-    plan = DaemonPlan(
-        **{**{f: getattr(plan, f) for f in plan.__dataclass_fields__}, "profile": True}
-    )
+    plan = dataclasses.replace(at_prefix(str(prefix)), profile=True)
     text = script(plan)
     assert text.startswith("( test ! -r ./.profile || . ./.profile; PATH=")
     lines = workers.run(plan, "w1")
@@ -776,19 +773,6 @@ def test_missing_without_a_worker_line_names_the_daemon_and_mpirun_s_message():
 
 # --- the step: once per worker, over the session it already has ----------------------------
 
-TARGET = SSHTarget(
-    host="w1",
-    address="w1.example",
-    port=22,
-    user="mpiuser",
-    identity_files=(),
-    identities_default=True,
-    strict_host_key_checking="no",
-    known_hosts_files=(),
-    connect_timeout=None,
-    config_files=(),
-)
-
 
 class LocalChannel:
     """paramiko's channel as probe/paramiko_adapter.run uses it; the command runs in
@@ -851,10 +835,7 @@ def on(workers: Workers, host: str) -> Callable[[str], str]:
 
 
 def session(transport: RecordingTransport, host: str = "w1", timeout: float = 2.0) -> Session:
-    target = SSHTarget(
-        **{**{f: getattr(TARGET, f) for f in TARGET.__dataclass_fields__}, "host": host}
-    )
-    return Session(transport, target, timeout, ())  # type: ignore[arg-type]
+    return Session(transport, testbed.ssh_target(host=host), timeout, ())  # type: ignore[arg-type]
 
 
 def test_a_worker_that_passed_is_not_checked_again(workers):

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 import testbed
+from testbed import OPERATOR_OPENMPI
 from testbed import fake_install as install
 
 from mpiwait.launch.handover import (
@@ -192,12 +193,6 @@ def _launch(tmp_path: Path, layout: str):
 
 
 ETH0 = Interface("eth0", "the interface the workers answered on")
-OPERATOR_OPENMPI = {
-    "OMPI_MCA_orte_default_hostfile": "/etc/mpi/hostfile",
-    "OMPI_MCA_plm_rsh_args": "-o ConnectionAttempts=10",
-    "OMPI_MCA_orte_keep_fqdn_hostnames": "true",
-    "OMPI_MCA_orte_set_default_slots": "1",
-}
 
 
 def changes(h) -> dict[str, str]:

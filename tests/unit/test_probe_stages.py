@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import paramiko
 import pytest
+import testbed
 
 from mpiwait.errors import PermanentError
 from mpiwait.openssh.config import SSHTarget
@@ -26,18 +27,7 @@ from mpiwait.probe.stages.tcp import connect, ends
 from mpiwait.probe.stages.turned_away import CLOSED_BEFORE_BANNER, turned_away
 from mpiwait.settings import REFUSED_ADDRESS_REUSE, Check, ProbeOptions
 
-TARGET = SSHTarget(
-    host="w1",
-    address="w1.example",
-    port=22,
-    user="mpiuser",
-    identity_files=(),
-    identities_default=True,
-    strict_host_key_checking="no",
-    known_hosts_files=(),
-    connect_timeout=None,
-    config_files=(),
-)
+TARGET = testbed.ssh_target()
 INFOS = [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("10.0.0.2", 22))]
 
 
