@@ -165,8 +165,7 @@ def _openmpi(
     given = option(argv, "--prefix", "") or option(argv, "-prefix", "")
     started = line.started
     # Not PRTE_PREFIX or OPAL_PREFIX: Open MPI 5's mpirun sets PRTE_PREFIX from its own
-    # location before it runs prterun (seen with the PyPI build: with either variable naming
-    # another install, the worker was still asked for <its own prefix>/bin/prted).
+    # location whatever they say (docs/daemon-check.md).
     sources = [(given, "--prefix"), (_absolute(started), "mpirun started by its path")]
     for prefix, why in sources:
         if prefix:

@@ -38,9 +38,8 @@ class UnsupportedKeyType(PermanentError):
 
 def _check_mode(path: str) -> None:
     st = os.stat(path)
-    # OpenSSH's sshkey_perm_ok: a key owned by us must not be readable by group or others, or
-    # ssh ignores it ("UNPROTECTED PRIVATE KEY FILE") and mpirun fails even where paramiko
-    # would have logged in. Keys owned by another user are not checked by OpenSSH either.
+    # OpenSSH's sshkey_perm_ok: ssh ignores a key of ours that group or others may read, so
+    # mpirun would fail where paramiko logs in; another user's key it does not check either.
     if st.st_uid == os.getuid() and st.st_mode & 0o077:
         mode = stat.S_IMODE(st.st_mode)
         raise PermanentError(
@@ -67,9 +66,8 @@ def load_identity(path: str) -> Identity:
     except PermanentError:
         raise
     except (paramiko.PasswordRequiredException, TypeError) as exc:
-        # PKey.from_path lets cryptography's TypeError through for an encrypted key, in the
-        # OpenSSH format ("Key is password-protected, ...") and in PEM ("Password was not
-        # given but private key is encrypted"), rather than PasswordRequiredException.
+        # PKey.from_path lets cryptography's TypeError (its message names the password) through
+        # for an encrypted key, OpenSSH's format or PEM, instead of PasswordRequiredException.
         if isinstance(exc, TypeError) and "password" not in str(exc).lower():
             raise
         raise PermanentError(

@@ -18,10 +18,8 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:  # annotations only: importing paramiko here would load it for --check tcp
     import paramiko
 
-# paramiko logs every failed handshake at ERROR, with a traceback; without a handler of ours
-# those records reach logging's last resort, on stderr among our lines (and inside JSON
-# output). Each failure comes back as an exception or an inactive transport and is reported
-# once, as an Outcome.
+# Without a handler, paramiko's ERROR records (a traceback per failed handshake) reach stderr
+# among mpiwait's lines and its JSON; each failure is reported once already, as an Outcome.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
 
@@ -47,7 +45,7 @@ def _transport_class() -> type[paramiko.Transport]:
     class Transport(paramiko.Transport):
         def _parse_debug(self, m: paramiko.Message) -> None:
             # Until these are acknowledged, sshd (Nagle) holds back its answer to the next
-            # request, the daemon check's session: acknowledge now, not after the 40 ms delay.
+            # request, the daemon check's session: acknowledge now, not after the kernel's delay.
             if isinstance(self.sock, socket.socket):  # always, for a probe
                 with contextlib.suppress(OSError):
                     self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
