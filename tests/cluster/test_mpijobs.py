@@ -79,11 +79,10 @@ def test_initcontainer_example_one_worker_late(jobs: Jobs) -> None:
     assert_waited_for(waited, f"{job}-worker-0", f"{job}-worker-1", HELD_BACK)
 
 
-def test_initcontainer_example_without_mpiwait_fails_its_first_launch(jobs: Jobs) -> None:
-    """The control: the seed issue's scene. mpirun starts before worker 1 resolves and dies; the
-    launcher restarts (the operator's launcher pods restart on failure: CrashLoopBackOff) or,
-    once they give up, the Job counts a failed pod."""
-    doc = hold_back(without_init(as_deployed(load_example("initcontainer.yaml"))), 1, HELD_BACK)
+def assert_first_launch_fails(jobs: Jobs, doc: dict[str, Any], container: str) -> None:
+    """``doc``'s mpirun (in ``container``) starts before a worker can take it and dies, saying
+    so in ``kubectl logs``; the launcher restarts (the operator's launcher pods restart on
+    failure: CrashLoopBackOff) or, once they give up, the Job counts a failed pod."""
     job = jobs.create(doc)
     failure = ("ORTE", "resolve hostname", "daemon")
 
@@ -91,17 +90,20 @@ def test_initcontainer_example_without_mpiwait_fails_its_first_launch(jobs: Jobs
         # The log of the try that failed: the current container's or, once restarted, the
         # previous one's (read while the kubelet still has it).
         for pod in jobs.launcher_pods(job):
-            for previous in ([], ["--previous"]):
-                said = jobs.kubectl(
-                    "logs", pod["metadata"]["name"], "-c", "tensorflow-benchmarks", *previous,
-                    check=False,
-                ).stdout  # fmt: skip
+            for previous in (False, True):
+                said = jobs.logs(pod["metadata"]["name"], container, previous=previous)
                 if any(f in said for f in failure):
-                    return str(said)
+                    return said
         return ""
 
     said = jobs.wait_for("mpirun's failure in kubectl logs", mpirun_said_why, timeout=180)
     assert jobs.wait_for("a failed launch", lambda: _failed_launch(jobs, job), timeout=120), said
+
+
+def test_initcontainer_example_without_mpiwait_fails_its_first_launch(jobs: Jobs) -> None:
+    """The control: the seed issue's scene, the same job without mpiwait."""
+    doc = hold_back(without_init(as_deployed(load_example("initcontainer.yaml"))), 1, HELD_BACK)
+    assert_first_launch_fails(jobs, doc, "tensorflow-benchmarks")
 
 
 def test_entrypoint_example_one_image_both_roles(jobs: Jobs) -> None:
@@ -337,23 +339,31 @@ def test_suspended_then_resumed(jobs: Jobs) -> None:
 
 def test_list_ready_follows_discover_hosts_as_the_kubelet_updates_it(jobs: Jobs) -> None:
     """horovod-elastic.yaml's discovery (``mpiwait --list-ready``), called every second as
-    horovodrun calls it, against the operator's discover_hosts.sh in the kubelet's volume: first
-    worker 0 alone, then both once worker 1 runs and the ConfigMap's new ..data is swapped in."""
-    doc = hold_back(as_deployed(load_example("horovod-elastic.yaml")), 1, HELD_BACK)
+    horovodrun calls it, against the operator's discover_hosts.sh in the kubelet's volume. Worker
+    1 runs (so the operator lists it in the file) but starts its sshd 20 s late: mpiwait lists
+    worker 0 alone while the file, read beside it, already lists both; then both."""
+    doc = as_deployed(load_example("horovod-elastic.yaml"))
     doc["spec"]["mpiReplicaSpecs"]["Worker"]["replicas"] = 2
+    worker = doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+    worker["command"] = ["sh", "-c", (
+        f'case "$(hostname)" in *-worker-1) sleep {HELD_BACK};; esac; exec /usr/sbin/sshd -De'
+    )]  # fmt: skip
     main = doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]
     script = next(a for a in main["command"] if a.startswith("/opt/mpiwait/bin/mpiwait"))
     main["command"] = ["sh", "-c", (
         "end=$(($(date +%s) + 150)); while [ $(date +%s) -lt $end ]; do "
-        f"out=$({script} | tr '\\n' ' '); echo \"$(date +%s) [$out]\"; "
+        f"out=$({script} | tr '\\n' ' '); file=$(/etc/mpi/discover_hosts.sh | tr '\\n' ' '); "
+        'echo "$(date +%s) [$out] [$file]"; '
         'case "$out" in *worker-0*worker-1*) exit 0;; esac; sleep 1; done; exit 1'
     )]  # fmt: skip
     job = jobs.create(doc)
     assert jobs.wait_finished(job, timeout=240) == "Succeeded", jobs.describe(job)
     launcher = jobs.launcher_pods(job)[0]["metadata"]["name"]
     lines = [ln for ln in jobs.logs(launcher, main["name"]).splitlines() if ln.strip()]
-    seen = [ln.split(" ", 1)[1] for ln in lines]
-    alone = [s for s in seen if "worker-0" in s and "worker-1" not in s]
-    assert alone, lines  # worker 0 listed while worker 1 was still held back
-    assert "worker-1" in seen[-1] and "worker-0" in seen[-1], lines
-    assert all("worker-1" in s for s in seen[seen.index(seen[-1]) :]), lines
+    seen = [re.fullmatch(r"\d+ \[(.*)\] \[(.*)\]", ln).groups() for ln in lines]  # type: ignore[union-attr]
+    # The file listed worker 1 (Running) while mpiwait did not (its sshd not listening yet).
+    assert [o for o, f in seen if "worker-1" in f and "worker-1" not in o and "worker-0" in o], (
+        lines
+    )
+    out, _ = seen[-1]
+    assert "worker-0" in out and "worker-1" in out, lines
