@@ -52,6 +52,10 @@ def policy(cluster: Cluster, request: pytest.FixtureRequest) -> Iterator[str]:
     after it is created), and deleted afterwards."""
     folder = str(REPO / "deploy" / request.param)
     cluster.kubectl("apply", "-k", folder)
+    # As a cluster behind its own registry sets it: the same image, the registry host changed.
+    image = images.registry_ref(images.MPIWAIT)
+    cluster.kubectl("patch", "configmap", "-n", "mpiwait-system", "mpiwait-policy", "--type=merge",
+                    "-p", json.dumps({"data": {"image": image}}))  # fmt: skip
     probe = _opt_in(Jobs(cluster, f"t-policy-probe-{request.param}"))
     try:
 

@@ -218,8 +218,9 @@ def _cluster_state(base: Baseline, me: int) -> list[str]:
                     found.append(f"cgroup {d}")
     if not _foreign_cluster(me):
         now = _names() - base.names
-        found += [f"link {n}" for n in sorted(now) if n == cluster.BRIDGE]
-        found += [f"netns {n}" for n in sorted(now) if n.startswith("cni-")]
+        # the bridge, the nodes' veths (BRIDGE + v<i>) and namespaces (BRIDGE + n<i>)
+        found += [f"link {n}" for n in sorted(now) if n.startswith(cluster.BRIDGE)]
+        found += [f"netns {n}" for n in sorted(now) if n.startswith(("cni-", cluster.BRIDGE))]
     return found
 
 

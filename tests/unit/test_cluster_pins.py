@@ -18,6 +18,7 @@ GO = {  # pin name -> (module directory, the module it requires)
     "mpi-operator": ("mpi-operator", "github.com/kubeflow/mpi-operator"),
     "jobset": ("jobset", "sigs.k8s.io/jobset"),
     "trainer": ("trainer", "github.com/kubeflow/trainer/v2"),
+    "registry": ("registry", "github.com/distribution/distribution/v3"),
 }
 
 
@@ -54,6 +55,6 @@ def test_trainer_runs_on_the_jobset_it_requires() -> None:
 @pytest.mark.parametrize("dns", ["kubeadm", "old-kubeadm"])
 def test_corefile_never_forwards_out_of_the_test_bed(dns: str) -> None:
     text = corefile(dns, cluster.HERE / "admin.kubeconfig")
-    assert "forward" not in text and f"bind {cluster.NODE_IP}" in text and "ttl 30" in text
+    assert "forward" not in text and f"bind {cluster.CONTROL_IP}" in text and "ttl 30" in text
     assert "rcode NXDOMAIN" in text.split(".:53", 1)[1]  # every other name: no such name
     assert ("disable denial cluster.local" in text) == (dns == "kubeadm")

@@ -1,33 +1,36 @@
-"""A real single-node Kubernetes with the real mpi-operator, for the cluster tier (tests/cluster/).
+"""A real Kubernetes of several nodes with the real mpi-operator, for tests/cluster/.
 
-``Cluster(workdir, bins)`` runs, as processes of this machine: etcd, kube-apiserver,
-kube-controller-manager, kube-scheduler, a containerd of its own (Debian's, with runc and the CNI
-plugins), the kubelet, CoreDNS (the kubernetes plugin, configured as kubeadm 1.37 does, or with
-``dns="old-kubeadm"`` as kubeadm did before 1.32: ``cache 30`` over ``ttl 30``) and mpi-operator
-v0.8.2 with its own CRD; with ``trainer=True`` (or ``start_trainer()`` once started) also JobSet
-v0.11.1 and Kubeflow Trainer v2.2.0: their CRDs and webhooks as upstream's manifests have them,
-the controllers as upstream builds them, their webhook servers on the node's address. The
-binaries are built from upstream's Go modules by scripts/build-cluster (``bin_dir()``); the pin
-table is tests/testbed/cluster/PINS.
+``Cluster(workdir, bins, nodes=3)`` runs, as processes of this machine: etcd, kube-apiserver,
+kube-controller-manager, kube-scheduler, distribution's registry, CoreDNS (the kubernetes plugin,
+configured as kubeadm 1.37 does, or with ``dns="old-kubeadm"`` as kubeadm did before 1.32:
+``cache 30`` over ``ttl 30``) and mpi-operator v0.8.2 with its own CRD, all on the control
+plane's address; and for each node (node.py), in a network namespace of its own: a containerd
+(Debian's, with runc and the CNI plugins; its own image store), a kubelet and kube-proxy
+(iptables mode: pods reach CoreDNS through the kube-dns Service, 10.96.0.10). Node 1 is the
+launchers' (label ``mpiwait.test/role=launcher``), the others the workers'. With
+``trainer=True`` (or ``start_trainer()`` once started) also JobSet v0.11.1 and Kubeflow Trainer
+v2.2.0: their CRDs and webhooks as upstream's manifests have them, the controllers as upstream
+builds them, their webhook servers on the control plane's address. The binaries are built from
+upstream's Go modules by scripts/build-cluster (``bin_dir()``); the pin table is
+tests/testbed/cluster/PINS.
 
 What it does to the host, and undoes in ``stop()``:
-- a bridge ``BRIDGE`` (10.88.0.1/16, the pods' network and the node's address: the kubelet,
-  CoreDNS and the pods meet there, nothing listens on the machine's own address) and one
-  iptables ACCEPT rule for ``POD_CIDR`` in FORWARD (a stock Docker's DROP policy would drop
-  bridged pod traffic), tagged like containers.Engine's rules;
+- a bridge ``BRIDGE`` (10.88.0.1/24, the control plane's address), one network namespace and
+  veth pair per node on it, a route per node to its pods' subnet, and one iptables ACCEPT rule
+  for ``POD_CIDR`` in FORWARD (a stock Docker's DROP policy would drop pod traffic between
+  nodes), tagged like containers.Engine's rules; ``shape()`` puts a tbf qdisc on a node's veth;
 - ``ip_forward`` and the sysctls the kubelet rewrites (``vm.overcommit_memory``, ``kernel.panic``
   ...), restored to their values before;
-- cgroups under ``/<CGROUP_ROOT>-<tag>`` in every v1 hierarchy (the kubelet's cgroupRoot; the
-  tag names the test process that owns it, so a leak check finds only its own);
-- the kubelet's root directory is a shared bind mount of itself (``/`` is private here);
+- cgroups under ``/<CGROUP_ROOT>-<tag>/<node>`` in every v1 hierarchy (the kubelets'
+  cgroupRoot; the tag names the test process that owns it, so a leak check finds only its own);
+- each kubelet's root directory is a shared bind mount of itself (``/`` is private here);
 - the pods' network namespaces and mounts, removed with the pods.
 Name lookups stay inside: CoreDNS has no ``forward`` (names outside cluster.local fail), the
-kubelet's resolvConf is an empty file, and images never come from a registry: they are built by
-the test bed's container engine (``containers.Engine``, bases from debootstrap) and imported
-into the cluster's containerd; pods use ``imagePullPolicy: Never``.
+kubelets' resolvConf is an empty file, a node has no route out of the test bed, and images come
+from the cluster's registry only (images.py pushes them; containerd knows no other host).
 
 Stdlib only; importable without pytest. Needs root, Go (for scripts/build-cluster), Debian's
-containerd, runc, containernetworking-plugins, openssl and iptables.
+containerd, runc, containernetworking-plugins, openssl, iptables and iproute2's tc.
 """
 
 from __future__ import annotations
@@ -46,22 +49,30 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from .._namespaces import Netns, add_bridge, add_namespaces, remove_namespaces
 from .._sys import ENV_TAG, b36, kill_group, list_ns, root_and_tools, spawn, unmount_below
 from ..containers import RULE_TAG
+from . import node as nodes_
+from .node import (
+    API_PORT,
+    BRIDGE,
+    CNI_BIN,
+    CONTROL_IP,
+    DNS_IP,
+    POD_CIDR,
+    REGISTRY,
+    ROLE_LABEL,
+    SERVICE_CIDR,
+    Node,
+)  # fmt: skip
+from .registry import Pusher, config_yaml
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
-NODE = "mpiwait-node"
-BRIDGE = "mwk8s0"
-NODE_IP = "10.88.0.1"
-POD_CIDR = "10.88.0.0/16"
-SERVICE_CIDR = "10.96.0.0/16"
-CGROUP_ROOT = "mpiwait-k8s"  # + "-" + the cluster's tag: the kubelet's cgroupRoot
+CGROUP_ROOT = "mpiwait-k8s"  # + "-" + the cluster's tag + "/" + the node: a kubelet's cgroupRoot
 CGROUP_V1 = Path("/sys/fs/cgroup")
-CNI_BIN = "/usr/lib/cni"
-PAUSE_IMAGE = "docker.io/mpiwait-tests/pause:1"
 ETCD_PORT, ETCD_PEER = 23790, 23800
-API_PORT = 6443
+NODES = 3  # the tier's: the launcher's node and two for the workers
 RELOAD = "2s"  # CoreDNS's reload plugin: how often it checks its Corefile (minimum 2 s)
 # JobSet's and Trainer's webhook servers (both 9443 upstream, each in its own pod) and health
 # endpoints, on the host: one address, so two ports.
@@ -74,7 +85,7 @@ LOCK = Path("/run/lock/mpiwait-test-cluster.lock")
 LOCK_WAIT = 3600.0
 # The tag in a cluster's processes' environment and on its iptables rule (leaks.py looks for it).
 CLUSTER_PREFIX = "kc"
-TOOLS = ("containerd", "runc", "ctr", "openssl", "iptables", "ip", "mount")
+TOOLS = ("containerd", "runc", "ctr", "openssl", "iptables", "ip", "mount", "nsenter", "tc")
 SYSCTLS = (
     "net.ipv4.ip_forward",
     "vm.overcommit_memory",
@@ -147,18 +158,20 @@ def corefile(dns: str, kubeconfig: Path) -> str:
         else "    cache 30\n"
     )
     return (
-        f"cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {{\n    bind {NODE_IP}\n    errors\n"
+        f"cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {{\n    bind {CONTROL_IP}\n    errors\n"
         f"    health 127.0.0.1:18080\n"
         f"    kubernetes cluster.local in-addr.arpa ip6.arpa {{\n"
         f"        kubeconfig {kubeconfig}\n        pods insecure\n"
         f"        fallthrough in-addr.arpa ip6.arpa\n        ttl 30\n    }}\n"
         f"{cache}    loadbalance\n    reload {RELOAD}\n}}\n"
-        f".:53 {{\n    bind {NODE_IP}\n    errors\n"
+        f".:53 {{\n    bind {CONTROL_IP}\n    errors\n"
         "    template ANY ANY {\n        rcode NXDOMAIN\n    }\n}\n"
     )
 
 
-def dns_answers(name: str, server: str = NODE_IP, timeout: float = 2.0) -> tuple[int, int] | None:
+def dns_answers(
+    name: str, server: str = CONTROL_IP, timeout: float = 2.0
+) -> tuple[int, int] | None:
     """(rcode, number of answers) of one A query for ``name`` to ``server``; None: no reply."""
     import socket
     import struct
@@ -191,12 +204,15 @@ class Cluster:
     for a running cluster's workdir, never started, reaches it through ``kubectl``."""
 
     def __init__(
-        self, workdir: Path, bins: Path, dns: str = "kubeadm", trainer: bool = False
-    ) -> None:
+        self, workdir: Path, bins: Path, dns: str = "kubeadm", trainer: bool = False,
+        nodes: int = NODES, registry_storage: Path | None = None,
+    ) -> None:  # fmt: skip
         self.workdir = workdir
         self.bins = bins
         self.dns = dns
         self.trainer = trainer
+        self.nodes = nodes_.nodes(nodes)
+        self.registry_storage = registry_storage or workdir / "registry"
         self.tag = f"{CLUSTER_PREFIX}{b36(os.getpid())}-{id(self):x}"
         self._procs: dict[str, subprocess.Popen[Any]] = {}
         self._sysctls: dict[str, str] = {}
@@ -204,8 +220,6 @@ class Cluster:
         self._netns_before: set[str] = set()
         self.kubeconfig = workdir / "admin.kubeconfig"
         self.logs = workdir / "logs"
-        self.ctr_sock = workdir / "containerd/containerd.sock"
-        self.kubelet_root = workdir / "kubelet"
         self.cgroup_root = f"{CGROUP_ROOT}-{self.tag}"
         self.started = 0.0
         self.timings: dict[str, float] = {}  # what bringing it up cost, for scripts/cluster
@@ -252,9 +266,18 @@ class Cluster:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         self._lock = fd
 
+    def node_dir(self, node: Node) -> Path:
+        return self.workdir / "nodes" / node.name
+
+    def ctr_sock(self, node: Node) -> Path:
+        return self.node_dir(node) / "containerd/containerd.sock"
+
     def _start(self) -> None:
-        for d in ("logs", "pki", "etcd", "containerd", "cni", "kubelet", "kubelet-pki"):
+        for d in ("logs", "pki", "etcd", "registry-hosts"):
             (self.workdir / d).mkdir(parents=True, exist_ok=True)
+        for n in self.nodes:
+            for d in ("containerd", "cni", "kubelet", "kubelet-pki"):
+                (self.node_dir(n) / d).mkdir(parents=True, exist_ok=True)
         self._netns_before = set(list_ns())
         self._host()
         self._pki()
@@ -270,8 +293,8 @@ class Cluster:
         pki = self.workdir / "pki"
         self._spawn("kube-apiserver", [
             "kube-apiserver", f"--etcd-servers=http://127.0.0.1:{ETCD_PORT}",
-            f"--secure-port={API_PORT}", "--bind-address=127.0.0.1",
-            f"--advertise-address={NODE_IP}", f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--secure-port={API_PORT}", f"--bind-address={CONTROL_IP}",
+            f"--advertise-address={CONTROL_IP}", f"--service-cluster-ip-range={SERVICE_CIDR}",
             f"--tls-cert-file={pki}/apiserver.crt", f"--tls-private-key-file={pki}/apiserver.key",
             f"--token-auth-file={pki}/tokens.csv",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
@@ -281,7 +304,7 @@ class Cluster:
             "--kubelet-preferred-address-types=InternalIP", "--profiling=false",
             "--enable-priority-and-fairness=false", "--v=1",
             # Webhooks served on the host (JobSet's, Trainer's) are reached through their
-            # Services' EndpointSlices, not ClusterIPs: no kube-proxy here.
+            # Services' EndpointSlices: kube-proxy runs in the nodes, not on the host.
             "--enable-aggregator-routing=true",
             # MutatingAdmissionPolicy is v1 here; v1beta1 too, for deploy/'s 1.34-1.35 variant.
             "--runtime-config=admissionregistration.k8s.io/v1beta1=true",
@@ -299,8 +322,14 @@ class Cluster:
             "kube-scheduler", f"--kubeconfig={self.workdir}/sched.kubeconfig",
             "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0", "--v=1",
         ])  # fmt: skip
-        self._containerd()
-        self._kubelet()
+        self._dns_service()
+        registry = self._write("registry.yml", config_yaml(REGISTRY, self.registry_storage))
+        self._spawn("registry", ["registry", "serve", str(registry)])
+        for n in self.nodes:
+            self._containerd(n)
+        for n in self.nodes:
+            self._kubelet(n)
+            self._kube_proxy(n)
         self._spawn("coredns", [
             "coredns", "-conf", str(self._write("Corefile", corefile(self.dns, self.kubeconfig))),
         ])  # fmt: skip
@@ -319,10 +348,11 @@ class Cluster:
         ])  # fmt: skip
         if self.trainer:
             self.start_trainer()
-        self._wait("the node", lambda: self.kubectl(
-            "get", "node", NODE, "-o",
-            "jsonpath={.status.conditions[?(@.type=='Ready')].status}", check=False,
-        ).stdout == "True", 180)  # fmt: skip
+        self._wait("the nodes", lambda: self.kubectl(
+            "get", "nodes", "-o",
+            "jsonpath={.items[*].status.conditions[?(@.type=='Ready')].status}", check=False,
+        ).stdout.split() == ["True"] * len(self.nodes), 180)  # fmt: skip
+        self._wait("the registry", lambda: _http_ok(f"http://{REGISTRY}/v2/"), 30)
         self._wait("the default ServiceAccount", lambda: self.kubectl(
             "get", "serviceaccount", "default", check=False).returncode == 0, 60)  # fmt: skip
 
@@ -377,7 +407,7 @@ class Cluster:
                     "addressType": "IPv4",
                     "ports": [{"name": port.get("name", ""), "port": ports[ns],
                                "protocol": "TCP"}],
-                    "endpoints": [{"addresses": [NODE_IP], "conditions": {"ready": True}}],
+                    "endpoints": [{"addresses": [CONTROL_IP], "conditions": {"ready": True}}],
                 })  # fmt: skip
             elif kind not in ("Namespace", "CustomResourceDefinition", "Secret") and (
                 not kind.endswith("WebhookConfiguration")
@@ -397,7 +427,7 @@ class Cluster:
             "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
             "leaderElection": {"leaderElect": False},
             "internalCertManagement": {"enable": True},
-            "webhook": {"port": JOBSET_WEBHOOK, "host": NODE_IP},
+            "webhook": {"port": JOBSET_WEBHOOK, "host": CONTROL_IP},
             "metrics": {"bindAddress": "0"},
             "health": {"healthProbeBindAddress": f"127.0.0.1:{JOBSET_HEALTH}"},
         }))  # fmt: skip
@@ -406,7 +436,7 @@ class Cluster:
             "health": {"healthProbeBindAddress": f"127.0.0.1:{TRAINER_HEALTH}",
                        "readinessEndpointName": "readyz", "livenessEndpointName": "healthz"},
             "metrics": {"bindAddress": "0", "secureServing": False},
-            "webhook": {"port": TRAINER_WEBHOOK, "host": NODE_IP},
+            "webhook": {"port": TRAINER_WEBHOOK, "host": CONTROL_IP},
             "leaderElection": {"leaderElect": False, "resourceName": "trainer.kubeflow.org",
                                "resourceNamespace": "", "leaseDuration": "15s",
                                "renewDeadline": "10s", "retryPeriod": "2s"},
@@ -470,10 +500,14 @@ class Cluster:
         for name in SYSCTLS:
             self._sysctls[name] = _sysctl_path(name).read_text().strip()
         _sysctl_path("net.ipv4.ip_forward").write_text("1")
-        if BRIDGE not in _run(["ip", "-o", "link", "show"]):
-            _run(["ip", "link", "add", BRIDGE, "type", "bridge"])
-        _run(["ip", "addr", "replace", f"{NODE_IP}/16", "dev", BRIDGE])
-        _run(["ip", "link", "set", BRIDGE, "up"])
+        add_bridge(BRIDGE, f"{CONTROL_IP}/24")
+        add_namespaces([Netns(n.netns, n.veth, (f"{n.ip}/24",)) for n in self.nodes],
+                       bridge=BRIDGE)  # fmt: skip
+        for n in self.nodes:
+            # The other nodes' pods through the host; no default route (nothing leaves).
+            _run(["ip", "-n", n.netns, "route", "add", POD_CIDR, "via", CONTROL_IP])
+            _run(["ip", "netns", "exec", n.netns, "sysctl", "-qw", "net.ipv4.ip_forward=1"])
+            _run(["ip", "route", "add", n.pod_cidr, "via", n.ip])
         rule = [
             "-s", POD_CIDR, "-d", POD_CIDR,
             "-m", "comment", "--comment", f"{RULE_TAG}{self.tag}", "-j", "ACCEPT",
@@ -481,10 +515,13 @@ class Cluster:
         _run(["iptables", "-w", "-I", "FORWARD", "1", *rule])
         self._rules.append(rule)
         for hierarchy in self._cgroup_hierarchies():
-            (hierarchy / self.cgroup_root).mkdir(exist_ok=True)
-        # The kubelet's volumes must propagate into containers; this machine's / is private.
-        _run(["mount", "--bind", str(self.kubelet_root), str(self.kubelet_root)])
-        _run(["mount", "--make-rshared", str(self.kubelet_root)])
+            for n in self.nodes:
+                (hierarchy / self.cgroup_root / n.name).mkdir(parents=True, exist_ok=True)
+        # The kubelets' volumes must propagate into containers; this machine's / is private.
+        for n in self.nodes:
+            root = str(self.node_dir(n) / "kubelet")
+            _run(["mount", "--bind", root, root])
+            _run(["mount", "--make-rshared", root])
 
     @staticmethod
     def _cgroup_hierarchies() -> list[Path]:
@@ -503,7 +540,7 @@ class Cluster:
         san = (
             "subjectAltName=DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,"
             "DNS:kubernetes.default.svc.cluster.local,DNS:localhost,IP:127.0.0.1,IP:10.96.0.1,"
-            f"IP:{NODE_IP}\nextendedKeyUsage=serverAuth\n"
+            f"IP:{CONTROL_IP}\nextendedKeyUsage=serverAuth\n"
         )
         (pki / "ext").write_text(san)
         _run(["openssl", "req", "-newkey", "rsa:2048", "-nodes", "-keyout", f"{pki}/apiserver.key",
@@ -515,10 +552,13 @@ class Cluster:
         _run(["openssl", "rsa", "-in", f"{pki}/sa.key", "-pubout", "-out", f"{pki}/sa.pub"])
         users = {  # kubeconfig name: (user, groups)
             "admin": ("admin", "system:masters"),
-            "kubelet": (f"system:node:{NODE}", "system:nodes"),
             "kcm": ("system:kube-controller-manager", ""),
             "sched": ("system:kube-scheduler", ""),
+            # bound by the apiserver's bootstrap RBAC to system:node-proxier
+            "kube-proxy": ("system:kube-proxy", ""),
         }
+        for n in self.nodes:
+            users[f"kubelet-{n.name}"] = (f"system:node:{n.name}", "system:nodes")
         rows = []
         ca = base64.b64encode((pki / "ca.crt").read_bytes()).decode()
         for name, (user, groups) in users.items():
@@ -527,7 +567,8 @@ class Cluster:
             self._write(f"{name}.kubeconfig", json.dumps({
                 "apiVersion": "v1", "kind": "Config", "current-context": "c",
                 "clusters": [{"name": "c", "cluster": {
-                    "server": f"https://127.0.0.1:{API_PORT}", "certificate-authority-data": ca}}],
+                    "server": f"https://{CONTROL_IP}:{API_PORT}",
+                    "certificate-authority-data": ca}}],
                 "users": [{"name": "u", "user": {"token": token}}],
                 "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u",
                                                         "namespace": "default"}}],
@@ -536,79 +577,102 @@ class Cluster:
         for f in pki.iterdir():
             f.chmod(0o600)
 
-    def _containerd(self) -> None:
-        ctr = self.workdir / "containerd"
-        cni = self.workdir / "cni"
-        (cni / "10-mpiwait.conflist").write_text(json.dumps({
-            "cniVersion": "1.0.0", "name": "mpiwait-pods",
-            "plugins": [{
-                "type": "bridge", "bridge": BRIDGE, "isGateway": True, "ipMasq": False,
-                "hairpinMode": True,
-                "ipam": {"type": "host-local",
-                         "ranges": [[{"subnet": POD_CIDR, "gateway": NODE_IP}]],
-                         "dataDir": str(self.workdir / "cni-ipam")},
-            }],
-        }))  # fmt: skip
-        self._write("containerd/config.toml", (
-            "version = 2\n"
-            f'root = "{ctr}/root"\nstate = "{ctr}/state"\n'
-            f'[grpc]\n  address = "{self.ctr_sock}"\n'
-            f'[ttrpc]\n  address = "{self.ctr_sock}.ttrpc"\n'
-            '[debug]\n  address = ""\n[metrics]\n  address = ""\n'
-            '[plugins."io.containerd.grpc.v1.cri"]\n'
-            f'  sandbox_image = "{PAUSE_IMAGE}"\n'
-            "  enable_selinux = false\n"
-            # This machine withholds CAP_SYS_RESOURCE even from root: the kubelet's -998 for the
-            # sandbox (and -997 for Guaranteed pods) cannot be set; containerd clamps them.
-            "  restrict_oom_score_adj = true\n"
-            '  [plugins."io.containerd.grpc.v1.cri".containerd]\n'
-            '    snapshotter = "overlayfs"\n    default_runtime_name = "runc"\n'
-            '    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]\n'
-            '      runtime_type = "io.containerd.runc.v2"\n'
-            '      [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n'
-            "        SystemdCgroup = false\n"
-            # runc's state in the cluster's own state directory, not /run/containerd/runc/k8s.io
-            # (a real node's containerd on this host would share that one)
-            f'        Root = "{ctr}/state/runc"\n'
-            '  [plugins."io.containerd.grpc.v1.cri".cni]\n'
-            f'    bin_dir = "{CNI_BIN}"\n    conf_dir = "{cni}"\n'
-        ))  # fmt: skip
-        self._spawn("containerd", ["containerd", "--config", str(ctr / "config.toml")], bins=False)
-        self._wait("containerd", self.ctr_sock.exists, 60)
+    def _dns_service(self) -> None:
+        """kube-dns as kubeadm makes it (10.96.0.10, 53 over UDP and TCP), its one endpoint
+        CoreDNS on the host: pods reach it through kube-proxy's rules, as in a real cluster."""
+        ports = [{"name": "dns", "port": 53, "protocol": "UDP"},
+                 {"name": "dns-tcp", "port": 53, "protocol": "TCP"}]  # fmt: skip
+        self.kubectl("create", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List",
+            "items": [
+                {"apiVersion": "v1", "kind": "Service",
+                 "metadata": {"name": "kube-dns", "namespace": "kube-system",
+                              "labels": {"k8s-app": "kube-dns"}},
+                 "spec": {"clusterIP": DNS_IP, "ports": [{**p, "targetPort": 53} for p in ports]}},
+                {"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                 "metadata": {"name": "kube-dns-host", "namespace": "kube-system", "labels": {
+                     "kubernetes.io/service-name": "kube-dns",
+                     "endpointslice.kubernetes.io/managed-by": "mpiwait-tests"}},
+                 "addressType": "IPv4", "ports": ports,
+                 "endpoints": [{"addresses": [CONTROL_IP], "conditions": {"ready": True}}]},
+            ]}))  # fmt: skip
 
-    def import_image(self, tar: Path) -> None:
-        """A ``docker save`` archive into the cluster's containerd (CRI's namespace)."""
-        _run(["ctr", "-a", str(self.ctr_sock), "-n", "k8s.io", "images", "import",
-              "--no-unpack", str(tar)], timeout=600)  # fmt: skip
+    def _in_node(self, n: Node, name: str, argv: list[str], bins: bool = True) -> None:
+        """A process of the node: in its network namespace, the host's mounts and cgroups."""
+        binary = str(self.bins / "bin" / argv[0]) if bins else argv[0]
+        self._spawn(f"{name}-{n.name}", ["nsenter", f"--net=/run/netns/{n.netns}", binary,
+                                         *argv[1:]], bins=False)  # fmt: skip
 
-    def images(self) -> list[str]:
-        out = _run(["ctr", "-a", str(self.ctr_sock), "-n", "k8s.io", "images", "ls", "-q"])
-        return out.split()
+    def _containerd(self, n: Node) -> None:
+        d = self.node_dir(n)
+        hosts = self.workdir / "registry-hosts" / REGISTRY
+        hosts.mkdir(parents=True, exist_ok=True)
+        (hosts / "hosts.toml").write_text(nodes_.registry_hosts_toml())
+        (d / "cni/10-mpiwait.conflist").write_text(nodes_.cni_conflist(n, d / "cni-ipam"))
+        config = d / "containerd/config.toml"
+        config.write_text(
+            nodes_.containerd_toml(
+                d / "containerd", self.ctr_sock(n), d / "cni", self.workdir / "registry-hosts"
+            )
+        )
+        self._in_node(n, "containerd", ["containerd", "--config", str(config)], bins=False)
+        self._wait(f"containerd of {n.name}", self.ctr_sock(n).exists, 60)
 
-    def _kubelet(self) -> None:
+    def _ctr(self, n: Node, *args: str, timeout: float = 600) -> str:
+        return _run(["ctr", "-a", str(self.ctr_sock(n)), "-n", "k8s.io", *args], timeout=timeout)
+
+    def push(self, archive: Path, names: dict[str, list[str]]) -> int:
+        """``docker save`` archive -> the registry (registry.Pusher.push); bytes sent."""
+        pusher = Pusher(REGISTRY)
+        pusher.push(archive, names)
+        return pusher.sent
+
+    def preload(self, n: Node, refs: Sequence[str]) -> None:
+        """``refs`` pulled from the registry into ``n``'s image store, past its link (as a node
+        that already had them): ctr fetches on the host and hands the content to containerd."""
+        for ref in refs:
+            self._ctr(n, "images", "pull", "--plain-http", ref)
+
+    def forget(self, n: Node, refs: Sequence[str]) -> None:
+        """``refs`` removed from ``n``'s image store, their layers with them (those no other
+        image there holds): the next pod there pulls them over the node's link."""
+        have = set(self.images(n))
+        for ref in refs:
+            if ref in have:
+                self._ctr(n, "images", "rm", "--sync", ref)
+
+    def images(self, n: Node) -> list[str]:
+        return self._ctr(n, "images", "ls", "-q").split()
+
+    def shape(self, n: Node, mbit: float | None) -> None:
+        """What ``n`` receives (pulls among it) limited to ``mbit`` Mbit/s, or unlimited."""
+        if mbit is None:
+            subprocess.run(["tc", "qdisc", "del", "dev", n.veth, "root"], capture_output=True)
+            return
+        _run(["tc", "qdisc", "replace", "dev", n.veth, "root", "tbf", "rate", f"{mbit}mbit",
+              "burst", "256kb", "latency", "500ms"])  # fmt: skip
+
+    def node_of(self, role: str) -> list[Node]:
+        return [n for n in self.nodes if n.role == role]
+
+    def _kubelet(self, n: Node) -> None:
+        d = self.node_dir(n)
         resolv = self._write("resolv.conf", "")
-        config = self._write("kubelet.yaml", json.dumps({
-            "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
-            "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupRoot": f"/{self.cgroup_root}",
-            "failSwapOn": False,
-            "containerRuntimeEndpoint": f"unix://{self.ctr_sock}",
-            "address": NODE_IP, "port": 10250, "healthzPort": 0, "readOnlyPort": 0,
-            "clusterDomain": "cluster.local", "clusterDNS": [NODE_IP], "resolvConf": str(resolv),
-            "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
-            "authorization": {"mode": "AlwaysAllow"},
-            "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
-                             "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
-            "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
-            "serializeImagePulls": False, "registerNode": True,
-            "maxPods": 60, "podPidsLimit": -1,
-            "syncFrequency": "10s", "fileCheckFrequency": "10s",
-            "nodeStatusUpdateFrequency": "4s", "shutdownGracePeriod": "0s",
-        }))  # fmt: skip
-        self._spawn("kubelet", [
-            "kubelet", f"--config={config}", f"--kubeconfig={self.workdir}/kubelet.kubeconfig",
-            f"--hostname-override={NODE}", f"--node-ip={NODE_IP}",
-            f"--root-dir={self.kubelet_root}", f"--cert-dir={self.workdir}/kubelet-pki", "--v=1",
+        config = d / "kubelet.yaml"
+        config.write_text(
+            nodes_.kubelet_config(n, f"/{self.cgroup_root}/{n.name}", self.ctr_sock(n), resolv)
+        )
+        self._in_node(n, "kubelet", [
+            "kubelet", f"--config={config}",
+            f"--kubeconfig={self.workdir}/kubelet-{n.name}.kubeconfig",
+            f"--hostname-override={n.name}", f"--node-ip={n.ip}",
+            f"--node-labels={ROLE_LABEL}={n.role}",
+            f"--root-dir={d}/kubelet", f"--cert-dir={d}/kubelet-pki", "--v=1",
         ])  # fmt: skip
+
+    def _kube_proxy(self, n: Node) -> None:
+        config = self.node_dir(n) / "kube-proxy.yaml"
+        config.write_text(nodes_.kube_proxy_config(n, self.workdir / "kube-proxy.kubeconfig"))
+        self._in_node(n, "kube-proxy", ["kube-proxy", f"--config={config}", "--v=1"])
 
     # --- use ----------------------------------------------------------------------------------
 
@@ -682,7 +746,8 @@ class Cluster:
     def stop(self) -> None:
         """Pods first (so the kubelet unmounts their volumes and CNI removes their network), then
         the processes in reverse order, then what is left on the host; leaves nothing behind."""
-        if "kubelet" in self._procs and self._procs["kubelet"].poll() is None:
+        kubelets = [p for name, p in self._procs.items() if name.startswith("kubelet-")]
+        if kubelets and all(p.poll() is None for p in kubelets):
             with contextlib.suppress(Exception):
                 kinds = "mpijobs,trainjobs,jobsets" if self.trainer else "mpijobs"
                 self.kubectl("delete", kinds, "--all", "--all-namespaces", "--wait=false",
@@ -703,7 +768,8 @@ class Cluster:
         for ns in set(list_ns()) - self._netns_before:
             if ns.startswith("cni-"):
                 subprocess.run(["ip", "netns", "delete", ns], capture_output=True)
-        subprocess.run(["ip", "link", "delete", BRIDGE], capture_output=True)
+        remove_namespaces([n.netns for n in self.nodes], [n.veth for n in self.nodes] + [BRIDGE],
+                          tag=self.tag)  # fmt: skip
         while self._rules:
             subprocess.run(["iptables", "-w", "-D", "FORWARD", *self._rules.pop()],
                            capture_output=True)  # fmt: skip
@@ -739,7 +805,7 @@ class Cluster:
             if pid_dir.name.isdigit():
                 with contextlib.suppress(OSError):
                     cmd = (pid_dir / "cmdline").read_bytes()
-                    if (b"containerd-shim" in cmd and str(self.ctr_sock).encode() in cmd) or (
+                    if (b"containerd-shim" in cmd and str(self.workdir).encode() in cmd) or (
                         f"{ENV_TAG}={self.tag}".encode() in (pid_dir / "environ").read_bytes()
                     ):
                         pids.add(int(pid_dir.name))

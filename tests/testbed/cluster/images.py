@@ -1,5 +1,9 @@
-"""The cluster tier's images, built without a registry by the test bed's container engine (bases
-from debootstrap) and handed to the cluster's containerd as ``docker save`` archives.
+"""The cluster tier's images, built by the test bed's container engine (bases from debootstrap),
+saved as one ``docker save`` archive and pushed into the cluster's registry under their names
+with only the registry host changed (``registry_ref``), and under the examples' names
+(``PUBLISHED``) too. Pods pull them from there (``imagePullPolicy: IfNotPresent``); at start
+every node is given every image (``Cluster.preload``), and a test that wants a node to pull
+takes them away from it first (``Cluster.forget``).
 
 - ``PAUSE``: the pod sandbox (modules/pause, a static binary in an empty image).
 - ``MPIWAIT``: this repository's Dockerfile, built as the release builds it (scripts/build-image).
@@ -27,6 +31,7 @@ images): mpirun reaching every worker is what the tier checks.
 from __future__ import annotations
 
 import contextlib
+import os
 import shutil
 import subprocess
 import time
@@ -35,7 +40,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from .. import containers
-from . import Cluster, bin_dir
+from . import NODES, Cluster, bin_dir
+from .node import REGISTRY
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -61,6 +67,37 @@ ALL = (
     PAUSE, MPIWAIT, OPENMPI, MPICH_PI, PI_MPIWAIT, OPENMPI_PI, PI_OPENMPI_MPIWAIT, INTEL_PI,
     PI_INTEL_MPIWAIT, PI_OPENMPI_HIDDEN_PRTED,
 )  # fmt: skip
+# The examples' image names (what releases publish) -> the tier's image served under that name.
+PUBLISHED = {
+    "mpioperator/tensorflow-benchmarks:latest": OPENMPI,
+    "horovod/horovod:0.28.1": OPENMPI,
+    "mpioperator/mpi-pi:openmpi": OPENMPI_PI,
+    "ghcr.io/mpiwait/mpiwait:0.1.0": MPIWAIT,
+    "ghcr.io/mpiwait/pi-mpich-mpiwait:0.1.0": PI_MPIWAIT,
+    "ghcr.io/mpiwait/pi-openmpi-mpiwait:0.1.0": PI_OPENMPI_MPIWAIT,
+    "ghcr.io/mpiwait/pi-intel-mpiwait:0.1.0": PI_INTEL_MPIWAIT,
+}
+
+
+def registry_ref(ref: str) -> str:
+    """``ref`` with its registry host replaced by the cluster's (docker's rule: a first part with
+    a dot or a colon, or ``localhost``, is a host; none means Docker Hub)."""
+    first, _, rest = ref.partition("/")
+    if rest and ("." in first or ":" in first or first == "localhost"):
+        ref = rest
+    elif not rest:
+        ref = f"library/{ref}"
+    return f"{REGISTRY}/{ref}"
+
+
+def pushes() -> dict[str, list[str]]:
+    """Each tier image -> the names the registry serves it under."""
+    names = {ref: [registry_ref(ref)] for ref in ALL}
+    for published, ref in PUBLISHED.items():
+        if registry_ref(published) not in names[ref]:
+            names[ref].append(registry_ref(published))
+    return names
+
 
 # mpi-operator v0.8.2's build/base/Dockerfile's ssh settings with Open MPI 4 (Debian 12's 4.1,
 # OpenSSH 9.2), as root on port 22: what the operator's tensorflow-benchmarks and Horovod images
@@ -144,34 +181,47 @@ def build_all(engine: containers.Engine, bins: Path, out: Path) -> Path:
     return tar
 
 
+def registry_storage() -> Path:
+    """The registry's storage, kept in the test cache: a warm run pushes only what changed."""
+    root = Path(os.environ.get("MPIWAIT_TEST_CACHE", "/var/cache/mpiwait-tests"))
+    return root / "cluster-registry"
+
+
 @contextlib.contextmanager
 def cluster_with_images(
-    work: Path, dns: str = "kubeadm", trainer: bool = False
+    work: Path, dns: str = "kubeadm", trainer: bool = False, nodes: int = NODES
 ) -> Iterator[Cluster]:
-    """Build what is not built (scripts/build-cluster, the images), start a Cluster in
-    ``work``/cluster with every image imported (and, with ``trainer``, JobSet and Kubeflow
-    Trainer started meanwhile: ``Cluster.start_trainer``); stopped on leaving."""
+    """Build what is not built (scripts/build-cluster, the images), start a Cluster of ``nodes``
+    in ``work``/cluster, push the images into its registry and give every node every image
+    (and, with ``trainer``, start JobSet and Kubeflow Trainer meanwhile:
+    ``Cluster.start_trainer``); stopped on leaving."""
     bins = bin_dir()
     t0 = time.monotonic()
     with containers.Engine(work / "engine") as engine:
         archive = build_all(engine, bins, work / "images")
-    c = Cluster(work / "cluster", bins, dns=dns)
+    c = Cluster(work / "cluster", bins, dns=dns, nodes=nodes, registry_storage=registry_storage())
     c.timings["images built and saved"] = time.monotonic() - t0
     try:
         c.start()
 
-        def imported() -> None:
+        def loaded() -> None:
             t0 = time.monotonic()
-            c.import_image(archive)
-            c.timings["images imported"] = time.monotonic() - t0
+            names = pushes()
+            sent = c.push(archive, names)
+            c.timings[f"images pushed ({sent / 1e6:.0f} MB sent)"] = time.monotonic() - t0
+            t0 = time.monotonic()
+            refs = [r for rs in names.values() for r in rs]
+            with ThreadPoolExecutor(len(c.nodes)) as pool:
+                list(pool.map(lambda n: c.preload(n, refs), c.nodes))
+            c.timings["images preloaded on every node"] = time.monotonic() - t0
 
-        with ThreadPoolExecutor(1) as pool:  # the import is I/O, the controllers' start the API's
-            importing = pool.submit(imported)
+        with ThreadPoolExecutor(1) as pool:  # the pushes are I/O, the controllers' start the API's
+            loading = pool.submit(loaded)
             if trainer:
                 t0 = time.monotonic()
                 c.start_trainer()
                 c.timings["JobSet and Trainer started"] = time.monotonic() - t0
-            importing.result()
+            loading.result()
         archive.unlink()
         yield c
     finally:

@@ -1,6 +1,6 @@
-"""MPIJobs on a test Cluster: the examples as users paste them, with only what a cluster without a
-registry needs changed (``as_deployed``), and what a user would look at afterwards (the job's
-conditions, the launcher's pods and restarts, ``kubectl logs``)."""
+"""MPIJobs on a test Cluster: the examples as users paste them, with only the registry host of
+their images changed and each role placed on its nodes (``as_deployed``), and what a user would
+look at afterwards (the job's conditions, the launcher's pods and restarts, ``kubectl logs``)."""
 
 from __future__ import annotations
 
@@ -11,14 +11,10 @@ from pathlib import Path
 from typing import Any
 
 from . import Cluster, ClusterError, images
+from .node import ROLE_LABEL
 
 REPO = Path(__file__).resolve().parents[3]
 EXAMPLES = REPO / "examples/kubernetes"
-# Image names in the examples (what releases publish) -> the images the tier built.
-IMAGE_MAP = {
-    "mpioperator/tensorflow-benchmarks:latest": images.OPENMPI,
-    "horovod/horovod:0.28.1": images.OPENMPI,
-}
 LAUNCHER = "training.kubeflow.org/job-role=launcher"
 WORKER = "training.kubeflow.org/job-role=worker"
 
@@ -47,14 +43,19 @@ def _containers(spec: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def as_deployed(doc: dict[str, Any]) -> dict[str, Any]:
-    """``doc`` with the images the tier built and ``imagePullPolicy: Never`` (no registry), and
-    CPU limits of a whole CPU made half of one (a limit without a request is also the request,
-    and the test node has 2 CPUs for a launcher and 2 workers); nothing else changed."""
+    """``doc`` with its images' registry host made the cluster's (``images.registry_ref``) and
+    ``imagePullPolicy: IfNotPresent``, the launcher on the launcher's node and the workers on
+    the others (a ``nodeSelector`` on the nodes' role label), and CPU limits of a whole CPU made
+    half of one (a limit without a request is also the request, and the machine has 2 CPUs
+    for every node); nothing else changed."""
     doc = copy.deepcopy(doc)
-    for spec in doc["spec"]["mpiReplicaSpecs"].values():
+    for role, spec in doc["spec"]["mpiReplicaSpecs"].items():
+        spec["template"].setdefault("spec", {}).setdefault("nodeSelector", {})[ROLE_LABEL] = (
+            "launcher" if role == "Launcher" else "worker"
+        )
         for c in _containers(spec):
-            c["image"] = IMAGE_MAP.get(c["image"], c["image"])
-            c["imagePullPolicy"] = "Never"
+            c["image"] = images.registry_ref(c["image"])
+            c["imagePullPolicy"] = "IfNotPresent"
             limits = c.get("resources", {}).get("limits", {})
             if str(limits.get("cpu", "")) in ("1", "1000m"):
                 limits["cpu"] = "500m"
@@ -71,7 +72,7 @@ def hold_back(doc: dict[str, Any], worker: int, seconds: int) -> dict[str, Any]:
     pod.setdefault("initContainers", []).insert(0, {
         "name": "image-pull",
         "image": image,
-        "imagePullPolicy": "Never",
+        "imagePullPolicy": "IfNotPresent",
         "command": ["sh", "-c", f'case "$(hostname)" in *-worker-{worker}) sleep {seconds};; esac'],
     })  # fmt: skip
     return doc
@@ -96,7 +97,7 @@ def worker_image(doc: dict[str, Any], image: str) -> dict[str, Any]:
     """The workers' containers (initContainers too) run ``image``; the launcher keeps its own."""
     doc = copy.deepcopy(doc)
     for c in _containers(doc["spec"]["mpiReplicaSpecs"]["Worker"]):
-        c["image"] = image
+        c["image"] = images.registry_ref(image)
     return doc
 
 

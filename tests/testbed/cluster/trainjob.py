@@ -1,6 +1,6 @@
 """Kubeflow Trainer v2 TrainJobs on a test Cluster started with ``trainer=True``: the examples'
-TrainingRuntime and TrainJob as users paste them, with only what a cluster without a registry
-needs changed (``as_deployed``), and what a user looks at afterwards (the TrainJob's condition,
+TrainingRuntime and TrainJob as users paste them, with only their images' registry host
+changed (``as_deployed``), and what a user looks at afterwards (the TrainJob's condition,
 the launcher's pod and restarts, ``kubectl logs``)."""
 
 from __future__ import annotations
@@ -11,12 +11,6 @@ from typing import Any
 from . import images
 from .mpijob import EXAMPLES, Jobs
 
-# Image names in the examples (what releases publish) -> the images the tier built.
-IMAGE_MAP = {
-    "mpioperator/mpi-pi:openmpi": images.OPENMPI_PI,
-    "ghcr.io/mpiwait/mpiwait:0.1.0": images.MPIWAIT,
-    "ghcr.io/mpiwait/pi-openmpi-mpiwait:0.1.0": images.PI_OPENMPI_MPIWAIT,
-}
 JOBSET = "jobset.sigs.k8s.io/jobset-name"
 RJOB = "jobset.sigs.k8s.io/replicatedjob-name"
 
@@ -40,13 +34,14 @@ def _pod_specs(runtime: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 
 def as_deployed(runtime: dict[str, Any]) -> dict[str, Any]:
-    """``runtime`` with the images the tier built and ``imagePullPolicy: Never`` (no registry);
-    nothing else changed."""
+    """``runtime`` with its images' registry host made the cluster's (``images.registry_ref``)
+    and ``imagePullPolicy: IfNotPresent``; nothing else changed (the scheduler places the
+    pods)."""
     runtime = copy.deepcopy(runtime)
     for pod in _pod_specs(runtime).values():
         for c in [*pod.get("initContainers", []), *pod.get("containers", [])]:
-            c["image"] = IMAGE_MAP.get(c["image"], c["image"])
-            c["imagePullPolicy"] = "Never"
+            c["image"] = images.registry_ref(c["image"])
+            c["imagePullPolicy"] = "IfNotPresent"
     return runtime
 
 
@@ -60,7 +55,7 @@ def hold_back(runtime: dict[str, Any], node: int, seconds: int) -> dict[str, Any
     pod.setdefault("initContainers", []).insert(0, {
         "name": "image-pull",
         "image": image,
-        "imagePullPolicy": "Never",
+        "imagePullPolicy": "IfNotPresent",
         "command": ["sh", "-c", f'case "$(hostname)" in *-node-0-{node}) sleep {seconds};; esac'],
     })  # fmt: skip
     return runtime
