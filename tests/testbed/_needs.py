@@ -209,6 +209,12 @@ def _cluster_built() -> Found | str:
     return Found("cluster")
 
 
+def _cluster_host() -> Found | str:
+    from .cluster import SYSCTLS, host
+
+    return host.problem(SYSCTLS) or Found("cluster-host")
+
+
 def _docker_cli() -> Found | str:
     # Debian's CLI: another docker (Docker Inc.'s, a podman shim) may speak otherwise.
     cli = Path("/usr/bin/docker")
@@ -221,6 +227,7 @@ _APT = {  # program -> (Debian package, what it is)
     "ssh": ("openssh-client", "the OpenSSH client"),
     "ssh-keygen": ("openssh-client", "OpenSSH's key generator"),
     "ip": ("iproute2", "iproute2's ip"),
+    "tc": ("iproute2", "iproute2's tc (the cluster tier shapes its nodes' links)"),
     "iptables": ("iptables", "iptables"),
     "strace": ("strace", "strace (the benchmarks count name lookups)"),
     "unshare": ("util-linux", "util-linux's unshare"),
@@ -299,11 +306,18 @@ def _table() -> dict[str, Need]:
             Install("apt", "containernetworking-plugins"),
         ),
         Need(
+            "cluster-host",
+            "a kernel and mounts the cluster tier runs on (testbed.cluster.host)",
+            _cluster_host,
+            Install("none", "the host's kernel and mounts: docs/testing.md"),
+            requires=("root", "unshare", "ip", "tc"),
+        ),
+        Need(
             "cluster",
             "a single-node Kubernetes with mpi-operator (testbed.cluster)",
             _cluster_built,
             Install("script", "scripts/build-cluster"),
-            requires=("root", "containers", "ctr", "openssl", "cni-plugins", "ip"),
+            requires=("root", "cluster-host", "containers", "ctr", "openssl", "cni-plugins", "ip"),
         ),
         Need(
             "openssh-releases",

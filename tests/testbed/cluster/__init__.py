@@ -111,7 +111,9 @@ def missing_requirements() -> str | None:
         return f"{CNI_BIN}/bridge not installed ({need})"
     if shutil.which("go") is None and not Path("/usr/local/go/bin/go").exists():
         return "no Go toolchain (scripts/build-cluster builds the cluster from Go modules)"
-    return None
+    from .host import problem  # the kernel's and the mounts' part
+
+    return problem(SYSCTLS)
 
 
 def bin_dir(timeout: float = 3600) -> Path:
