@@ -23,6 +23,7 @@ from typing import NoReturn
 
 REPO = Path(__file__).resolve().parents[2]
 STRICT_ENV = "MPIWAIT_TEST_STRICT"
+LEAVE_OUT_ENV = "MPIWAIT_TEST_LEAVE_OUT"
 EVERYTHING = "sudo ./scripts/test installs everything the suite needs"
 
 
@@ -461,9 +462,10 @@ def needs(*names: str):  # -> pytest.MarkDecorator (pytest is imported only here
 # --- what installs the missing (scripts/install-test-deps) ------------------------------------
 
 
-def plan(names: list[str] | None = None) -> list[Install]:
-    """The installs that would supply what is missing of ``names`` (all the table when None),
-    each once, in order (a need's requirements first)."""
+def plan(names: list[str] | None = None, leave_out: tuple[str, ...] = ()) -> list[Install]:
+    """The installs that would supply what is missing of ``names`` (all the table when None,
+    but ``leave_out``: the requirements of tiers left out, named as the tiers are), each once, in
+    order (a need's requirements first)."""
     out: list[Install] = []
 
     def visit(name: str) -> None:
@@ -473,7 +475,7 @@ def plan(names: list[str] | None = None) -> list[Install]:
         if not isinstance(need.check(), Found) and need.install not in out:
             out.append(need.install)
 
-    for name in names or sorted(TABLE):
+    for name in names or sorted(set(TABLE) - set(leave_out)):
         visit(name)
     return out
 
@@ -482,7 +484,9 @@ def main(argv: list[str]) -> int:
     """``plan``: one line per install that is due, ``KIND root|user TARGET``; ``list``: every
     requirement and whether it is here."""
     if argv[:1] == ["plan"]:
-        for inst in plan(argv[1:] or None):
+        # .ci/run's tiers left out (MPIWAIT_TEST_LEAVE_OUT): nothing is installed for them.
+        leave_out = tuple(os.environ.get(LEAVE_OUT_ENV, "").split())
+        for inst in plan(argv[1:] or None, leave_out):
             if inst.kind in ("apt", "script", "extra", "root"):
                 print(inst.kind, "user" if inst.as_user else "root", inst.target or "-")
         return 0
