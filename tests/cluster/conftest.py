@@ -16,7 +16,7 @@ from typing import TypeVar
 
 import pytest
 import testbed
-from testbed.cluster import Cluster, bin_dir
+from testbed.cluster import Cluster, bin_dir, host
 from testbed.cluster.mpijob import Jobs
 from testbed.cluster.trainjob import TrainJobs
 
@@ -66,7 +66,8 @@ def cluster(
         deadline = time.monotonic() + 1800
         while not ready.exists():
             if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"scripts/cluster up did not come up:\n{log.read_text()[-4000:]}")
+                said = host.last_line(log.read_text(errors="replace"))  # scripts/cluster's why
+                pytest.fail(f"scripts/cluster up did not come up: {said} (its log: {log})")
             time.sleep(0.5)
         yield Cluster(work / "cluster", bins, trainer=True)
     finally:

@@ -197,7 +197,7 @@ def probe_problem(probes: Sequence[Probe] = PROBES) -> str | None:
         except (OSError, subprocess.TimeoutExpired) as e:
             return f"cannot make {p.what} ({' '.join(argv)}: {e}): {p.fix}"
         if cp.returncode != 0:
-            said = _last_line(cp.stderr) or f"exit {cp.returncode}"
+            said = last_line(cp.stderr) or f"exit {cp.returncode}"
             return f"cannot make {p.what} ({p.command}: {said}): {p.fix}"
     return None
 
@@ -213,7 +213,8 @@ _REASON = re.compile(r"^(panic: |fatal error: |Error: |[EF]\d{4} )")
 LINE_MAX = 300
 
 
-def _last_line(text: str) -> str:
+def last_line(text: str) -> str:
+    """The last line of ``text`` that is not blank, stripped ("" if none)."""
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     return lines[-1] if lines else ""
 
