@@ -36,7 +36,7 @@ def test_a_node_index_out_of_range_is_refused(bad: int) -> None:
     ("ref", "served"),
     [
         ("mpioperator/tensorflow-benchmarks:latest", "mpioperator/tensorflow-benchmarks:latest"),
-        ("ghcr.io/mpiwait/mpiwait:0.1.0", "mpiwait/mpiwait:0.1.0"),
+        ("ghcr.io/example/tool:1.2", "example/tool:1.2"),
         ("docker.io/mpioperator/mpi-pi:mpich", "mpioperator/mpi-pi:mpich"),
         ("localhost/x:1", "x:1"),
         ("debian:12", "library/debian:12"),

@@ -52,6 +52,7 @@ from typing import Any
 from .._namespaces import Netns, add_bridge, add_namespaces, remove_namespaces
 from .._sys import ENV_TAG, b36, kill_group, list_ns, root_and_tools, spawn, unmount_below
 from ..containers import RULE_TAG
+from . import host
 from . import node as nodes_
 from .node import (
     API_PORT,
@@ -111,9 +112,7 @@ def missing_requirements() -> str | None:
         return f"{CNI_BIN}/bridge not installed ({need})"
     if shutil.which("go") is None and not Path("/usr/local/go/bin/go").exists():
         return "no Go toolchain (scripts/build-cluster builds the cluster from Go modules)"
-    from .host import problem  # the kernel's and the mounts' part
-
-    return problem(SYSCTLS)
+    return host.problem(SYSCTLS)  # the kernel's and the mounts' part
 
 
 def bin_dir(timeout: float = 3600) -> Path:
@@ -637,10 +636,19 @@ class Cluster:
     def forget(self, n: Node, refs: Sequence[str]) -> None:
         """``refs`` removed from ``n``'s image store, their layers with them (those no other
         image there holds): the next pod there pulls them over the node's link."""
-        have = set(self.images(n))
-        for ref in refs:
-            if ref in have:
-                self._ctr(n, "images", "rm", "--sync", ref)
+        # Every record of the same manifest goes: CRI keeps one named by the image's ID too.
+        records = [ln.split() for ln in self._ctr(n, "images", "ls").splitlines()[1:]]
+        manifests = {Pusher(REGISTRY).manifest(r)[0] for r in refs}
+        doomed = [r[0] for r in records if r[2] in manifests]
+        if doomed:
+            self._ctr(n, "images", "rm", "--sync", *doomed)
+
+    def missing_bytes(self, n: Node, refs: Sequence[str]) -> int:
+        """What pulling ``refs`` would fetch into ``n``: their layers it does not hold."""
+        have = set(self._ctr(n, "content", "ls", "-q").split())
+        pusher = Pusher(REGISTRY)
+        layers = {la["digest"]: la["size"] for r in refs for la in pusher.manifest(r)[1]["layers"]}
+        return sum(size for digest, size in layers.items() if digest not in have)
 
     def images(self, n: Node) -> list[str]:
         return self._ctr(n, "images", "ls", "-q").split()
@@ -661,7 +669,9 @@ class Cluster:
         resolv = self._write("resolv.conf", "")
         config = d / "kubelet.yaml"
         config.write_text(
-            nodes_.kubelet_config(n, f"/{self.cgroup_root}/{n.name}", self.ctr_sock(n), resolv)
+            nodes_.kubelet_config(
+                n, f"/{self.cgroup_root}/{n.name}", self.ctr_sock(n), resolv, d / "pod-logs"
+            )
         )
         self._in_node(n, "kubelet", [
             "kubelet", f"--config={config}",
@@ -735,7 +745,7 @@ class Cluster:
         while not ready():
             dead = [n for n, p in self._procs.items() if p.poll() is not None]
             if dead:
-                raise ClusterError(f"{what}: {dead[0]} exited: {self.log(dead[0])[-3000:]}")
+                raise ClusterError(host.exited(what, dead[0], self.logs / f"{dead[0]}.log"))
             if time.monotonic() > deadline:
                 raise ClusterError(f"{what} not ready within {timeout:.0f} s")
             time.sleep(0.2)

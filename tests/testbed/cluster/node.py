@@ -122,8 +122,11 @@ def containerd_toml(root: Path, sock: Path, cni_dir: Path, hosts_dir: Path) -> s
     )
 
 
-def kubelet_config(node: Node, cgroup_root: str, sock: Path, resolv: Path) -> str:
+def kubelet_config(node: Node, cgroup_root: str, sock: Path, resolv: Path, logs: Path) -> str:
+    """``logs``: the node's own pod log directory. In the shared /var/log/pods each kubelet's
+    garbage collector would delete the other nodes' pods' logs as those of pods it lacks."""
     return json.dumps({
+        "podLogsDir": str(logs),
         "apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
         "failCgroupV1": False, "cgroupDriver": "cgroupfs", "cgroupRoot": cgroup_root,
         "failSwapOn": False,

@@ -86,8 +86,9 @@ def read_archive(tar: tarfile.TarFile) -> list[Image]:
         if member not in blobs:
             info = tar.getmember(member)
             if info.issym():  # docker stores a layer shared by two images once, linked
-                info = tar.getmember(posixpath.normpath(posixpath.join(
-                    posixpath.dirname(member), info.linkname)))
+                info = tar.getmember(
+                    posixpath.normpath(posixpath.join(posixpath.dirname(member), info.linkname))
+                )
             data = tar.extractfile(info)
             assert data is not None
             blobs[member] = Blob(_digest(data), info.size, info.name)
@@ -170,7 +171,8 @@ class Pusher:
                         raise RegistryError(f"manifest {ref}: HTTP {r.status}")
                     pushed.append(repo)
 
-    def manifest(self, ref: str) -> dict[str, Any]:
+    def manifest(self, ref: str) -> tuple[str, dict[str, Any]]:
+        """``ref``'s manifest: its digest and its content."""
         repo, version = repository(ref)
         conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
         conn.request("GET", f"/v2/{repo}/manifests/{version}", headers={"Accept": MANIFEST})
@@ -179,4 +181,4 @@ class Pusher:
         conn.close()
         if r.status != 200:
             raise RegistryError(f"manifest {ref}: HTTP {r.status}")
-        return dict(json.loads(body))
+        return f"sha256:{hashlib.sha256(body).hexdigest()}", dict(json.loads(body))
