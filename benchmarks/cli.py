@@ -10,11 +10,11 @@ Scenarios (names for --scenarios):
   gapscale 6. launch gap against job size: 8, 64, 400, 1000 workers, the last one 60 s late
               (past the re-check bound), mpiwait only; CPU and logins per ready worker while
               waiting
-  cluster  7. on a real single-node Kubernetes with mpi-operator (tests/testbed/cluster): one
-              MPIJob gated by mpiwait, by the operator's WaitForWorkersReady (with and without a
-              readiness probe) or not at all; one worker's image pull 20 s, and the launcher's
-              too (run alone: --scenarios cluster; one MPIJob at a time, about 25 minutes for
-              3 repetitions)
+  cluster  7. on a real Kubernetes of three nodes with mpi-operator (tests/testbed/cluster):
+              one MPIJob gated by mpiwait (initContainer or ENTRYPOINT), by the operator's
+              WaitForWorkersReady (with and without a readiness probe) or not at all; the
+              workers' nodes pull the image for real (25 s), and the launcher's node too (run
+              alone: --scenarios cluster; one MPIJob at a time; --cluster-workers, default 4)
 
 Writes benchmarks/results/<date-time>/ (results.json, results.md, table.txt, and with --chart
 launch-gap.png); --publish also copies the Markdown (and chart) to benchmarks/RESULTS.md.
@@ -124,6 +124,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="gap, gap64, gapscale: the workers' sshds on other CPUs than mpiwait and (gapscale) "
         "each its own listening socket, as on a cluster (default); or all on the same CPUs "
         "(and gapscale's on one sshd socket)",
+    )
+    ap.add_argument(
+        "--cluster-workers", type=int, default=4, help="workers of cluster's MPIJob (default 4)"
     )
     ap.add_argument("--load-hosts", type=int, default=50, help="hosts in load (default 50)")
     ap.add_argument(
@@ -305,10 +308,11 @@ def _cluster(args: argparse.Namespace) -> int:
         tempfile.TemporaryDirectory(prefix="mpiwait-bench-k8s-") as tmp,
         cluster_with_images(Path(tmp)) as c,
     ):
-        md = s7_cluster.run(c, args.reps or 3, out)
+        md = s7_cluster.run(c, args.reps or 3, out, args.cluster_workers)
     head = (
         f"Scenario 7 ({time.strftime('%Y-%m-%d %H:%M %Z')}, {_machine()}, git {_git(REPO)}, "
-        f"{args.reps or 3} repetitions, {(time.time() - t0) / 60:.1f} min)\n\n"
+        f"{args.cluster_workers} workers, {args.reps or 3} repetitions, "
+        f"{(time.time() - t0) / 60:.1f} min)\n\n"
     )
     (out / "cluster.md").write_text(head + md + "\n")
     print(head + md)

@@ -1,62 +1,94 @@
-"""Scenario 7: the seed issue's scene on a real single-node Kubernetes with mpi-operator v0.8.2
-(testbed.cluster), the same MPIJob (initcontainer.yaml, 2 workers) gated five ways:
+"""Scenario 7: the seed issue's scene on a real Kubernetes of three nodes with mpi-operator v0.8.2
+(testbed.cluster), with real image pulls from the cluster's registry (testbed.cluster.pulls:
+the nodes that pull lack the image and fetch it over a link shaped to take ``PULL_SECONDS``).
+One MPIJob of ``workers`` workers, the launcher on node 1 and the workers on the others, gated
+five ways:
 
-  mpiwait       (a) mpiwait as the launcher's initContainer (the example as documented)
-  ready-gate    (b) launcherCreationPolicy: WaitForWorkersReady, workers without a readiness probe
-  probe-1s      (c) WaitForWorkersReady, a tcpSocket readiness probe on the workers' sshd port,
-  probe-10s         periodSeconds 1 and 10
-  no-gate       (d) AtStartup (the default): the launcher Job's back-off retries mpirun
+  init          mpiwait as the launcher's initContainer (initcontainer.yaml, Open MPI 4)
+  entrypoint    mpiwait as the MPI image's ENTRYPOINT (entrypoint.yaml, MPICH)
+  ready-gate    launcherCreationPolicy: WaitForWorkersReady (initcontainer.yaml without mpiwait)
+  ready-probe   WaitForWorkersReady and a tcpSocket readiness probe on the workers' sshd
+                (periodSeconds 1: the gate at its best)
+  no-gate       AtStartup, the default: the launcher Job's back-off retries mpirun
 
-and two timings: ``worker-pull``: worker 1's image pull takes 20 s (an initContainer that sleeps
-stands for it); ``both-pull``: the launcher's node lacks the image too (its pull 15 s, the
-launcher's first initContainer). Reported per variant, median [min-max] of the runs: MPIJob
-creation to mpirun's first rank (the first line a rank printed, by the kubelet's timestamp),
-creation to the job's success (polled every 0.5 s), the gap from worker 1's sshd listening (its
-"Server listening" line) to the first rank, and failed launches (mpirun's container restarted,
-or a launcher pod failed). One MPIJob at a time: ten
-side by side on this 2-CPU node took 100 s or more to start their pods, hiding the gates."""
+in two scenes: ``original``, the launcher's node has the image and the workers' nodes pull it
+(mpi-operator #386); ``both-pull``, the launcher's node pulls it too. Reported per gate, median
+[min-max] of the runs: MPIJob creation to mpirun's first rank (the first line a rank printed,
+by the kubelet's timestamp), creation to the job's success (polled every 0.5 s), the gap from
+the last worker's sshd listening (its "Server listening" line) to the first rank, the workers'
+pull as the kubelet timed it, and failed launches (mpirun's container restarted, or a launcher
+pod failed). One MPIJob at a time: several side by side would share the shaped links."""
 
 from __future__ import annotations
 
+import copy
 import json
 import statistics
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from testbed.cluster import Cluster
-from testbed.cluster.mpijob import Jobs, as_deployed, hold_back, load_example, without_init
+from testbed.cluster import Cluster, images
+from testbed.cluster.mpijob import Jobs, as_deployed, load_example, without_init
+from testbed.cluster.pulls import PULL_SECONDS, pulling, pulls
 
 from benchmarks.common import log
 
-VARIANTS = ("mpiwait", "ready-gate", "probe-1s", "probe-10s", "no-gate")
-TIMINGS = ("worker-pull", "both-pull")
-WORKER_PULL, LAUNCHER_PULL = 20, 15
+GATES = ("init", "entrypoint", "ready-gate", "ready-probe", "no-gate")
+SCENES = ("original", "both-pull")
+WORKERS = 4
 
 
-def manifest(variant: str, timing: str, name: str) -> dict[str, Any]:
-    doc = hold_back(as_deployed(load_example("initcontainer.yaml")), 1, WORKER_PULL)
+@dataclass(frozen=True)
+class Form:
+    """What a gate's MPIJob is built from: the example, the images its nodes pull (the tier's
+    names), its containers' names and its sshd port."""
+
+    example: str
+    pulled: tuple[str, ...]
+    launcher: str
+    worker: str
+    port: int
+
+
+INIT = Form("initcontainer.yaml", (images.OPENMPI,), "tensorflow-benchmarks",
+            "tensorflow-benchmarks", 22)  # fmt: skip
+# entrypoint.yaml's image and the operator's image it is built on (the layers it shares)
+ENTRYPOINT = Form("entrypoint.yaml", (images.PI_MPIWAIT, images.MPICH_PI), "mpi-launcher",
+                  "mpi-worker", 2222)  # fmt: skip
+
+
+def form(gate: str) -> Form:
+    return ENTRYPOINT if gate == "entrypoint" else INIT
+
+
+def _scaled(doc: dict[str, Any], workers: int) -> dict[str, Any]:
+    """The example with ``workers`` workers and one rank on each (mpirun's -np/-n follows)."""
+    doc = copy.deepcopy(doc)
+    specs = doc["spec"]["mpiReplicaSpecs"]
+    specs["Worker"]["replicas"] = workers
+    launcher = specs["Launcher"]["template"]["spec"]["containers"][0]
+    argv = launcher.get("command") or launcher["args"]
+    at = next(i for i, a in enumerate(argv) if a in ("-np", "-n")) + 1
+    argv[at] = str(workers)
+    return doc
+
+
+def manifest(gate: str, name: str, workers: int = WORKERS) -> dict[str, Any]:
+    doc = _scaled(as_deployed(load_example(form(gate).example)), workers)
     doc["metadata"]["name"] = name
     doc["spec"]["runPolicy"]["cleanPodPolicy"] = "None"  # the workers' logs outlive the job
     doc["spec"]["runPolicy"]["backoffLimit"] = 6
-    if variant != "mpiwait":
+    if gate in ("ready-gate", "ready-probe", "no-gate"):
         doc = without_init(doc)
-    if variant in ("ready-gate", "probe-1s", "probe-10s"):
+    if gate in ("ready-gate", "ready-probe"):
         doc["spec"]["launcherCreationPolicy"] = "WaitForWorkersReady"
-    if variant.startswith("probe-"):
+    if gate == "ready-probe":
         worker = doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
-        worker["readinessProbe"] = {
-            "tcpSocket": {"port": 22},
-            "periodSeconds": int(variant.removeprefix("probe-").removesuffix("s")),
-        }
-    if timing == "both-pull":
-        launcher = doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
-        image = launcher["containers"][0]["image"]
-        launcher.setdefault("initContainers", []).insert(0, {
-            "name": "image-pull", "image": image, "imagePullPolicy": "Never",
-            "command": ["sleep", str(LAUNCHER_PULL)],
-        })  # fmt: skip
+        worker["readinessProbe"] = {"tcpSocket": {"port": INIT.port}, "periodSeconds": 1}
     return doc
 
 
@@ -68,7 +100,7 @@ def _stamp(line: str) -> float:
     return t + float("0." + frac) if frac else t
 
 
-def _first(jobs: Jobs, pod: str, container: str, match: Any) -> float | None:
+def _first(jobs: Jobs, pod: str, container: str, match: Callable[[str], bool]) -> float | None:
     """The kubelet's time of the first line of ``pod``'s log for which ``match(text)`` holds."""
     out = jobs.kubectl("logs", "--timestamps", pod, "-c", container, check=False).stdout
     for line in out.splitlines():
@@ -78,15 +110,29 @@ def _first(jobs: Jobs, pod: str, container: str, match: Any) -> float | None:
     return None
 
 
-def measure(jobs: Jobs, name: str, created: float, succeeded: float | None) -> dict[str, Any]:
-    worker_log = _first(
-        jobs, f"{name}-worker-1", "tensorflow-benchmarks", lambda t: "Server listening" in t
-    )
-    ranks = {f"{name}-worker-0", f"{name}-worker-1"}  # what each rank prints: its host name
+def _from_a_rank(workers: set[str]) -> Callable[[str], bool]:
+    """A line a rank printed: its host name (hostname), or pi's "Workers:"/"Rank" lines."""
+    return lambda t: t in workers or t.startswith(("Workers:", "Rank "))
+
+
+def measure(
+    jobs: Jobs, gate: str, name: str, created: float, succeeded: float | None
+) -> dict[str, Any]:
+    f = form(gate)
+    worker_pods = jobs.worker_pods(name)
+    names = {p["metadata"]["name"] for p in worker_pods}
+    listening = [
+        _first(jobs, w, f.worker, lambda t: "Server listening" in t) for w in sorted(names)
+    ]
+    heard = [t for t in listening if t is not None]
+    last_sshd = max(heard) if heard and len(heard) == len(listening) else None
+    ref = images.registry_ref(load_example(f.example)["spec"]["mpiReplicaSpecs"]["Worker"][
+        "template"]["spec"]["containers"][0]["image"])  # fmt: skip
+    pulled = [p.seconds for w in sorted(names) for p in pulls(jobs, w) if p.image == ref]
     first_rank = None
     launchers = jobs.launcher_pods(name)
     for pod in launchers:
-        t = _first(jobs, pod["metadata"]["name"], "tensorflow-benchmarks", ranks.__contains__)
+        t = _first(jobs, pod["metadata"]["name"], f.launcher, _from_a_rank(names))
         if t is not None and (first_rank is None or t < first_rank):
             first_rank = t
     # A failed launch: mpirun's container restarted in its pod (the operator's launcher pods
@@ -99,28 +145,32 @@ def measure(jobs: Jobs, name: str, created: float, succeeded: float | None) -> d
     return {
         "to_first_rank": None if first_rank is None else first_rank - created,
         "to_success": None if succeeded is None else succeeded - created,
-        "gap": None if first_rank is None or worker_log is None else first_rank - worker_log,
+        "gap": None if first_rank is None or last_sshd is None else first_rank - last_sshd,
+        "worker_pull": max((p for p in pulled if p is not None), default=None),
         "failed_launches": failed,
     }
 
 
-def one_run(cluster: Cluster, variant: str, timing: str, rep: int) -> dict[str, Any]:
-    """One MPIJob alone on the node: created, waited for, measured, its namespace deleted."""
-    jobs = Jobs(cluster, f"bench-{variant}-{timing}-{rep}")
-    name = f"{variant}-{timing}"
+def one_run(cluster: Cluster, gate: str, scene: str, rep: int, workers: int) -> dict[str, Any]:
+    """One MPIJob alone on the cluster, its scene's nodes pulling: created, waited for,
+    measured, its namespace deleted (and the nodes given the image back)."""
+    jobs = Jobs(cluster, f"bench-{gate}-{scene}-{rep}")
+    name = f"{gate}-{scene}"
+    nodes = cluster.nodes if scene == "both-pull" else cluster.node_of("worker")
     try:
-        created = time.time()
-        jobs.create(manifest(variant, timing, name))
-        succeeded = None
-        deadline = time.monotonic() + 420
-        while time.monotonic() < deadline:
-            done = jobs.condition(name)
-            if done:
-                succeeded = time.time() if done == "Succeeded" else None
-                break
-            time.sleep(0.5)
-        row = {"variant": variant, "timing": timing, "rep": rep}
-        row |= measure(jobs, name, created, succeeded)
+        with pulling(cluster, nodes, form(gate).pulled):
+            created = time.time()
+            jobs.create(manifest(gate, name, workers))
+            succeeded = None
+            deadline = time.monotonic() + 600
+            while time.monotonic() < deadline:
+                done = jobs.condition(name)
+                if done:
+                    succeeded = time.time() if done == "Succeeded" else None
+                    break
+                time.sleep(0.5)
+            row = {"gate": gate, "scene": scene, "workers": workers, "rep": rep}
+            row |= measure(jobs, gate, name, created, succeeded)
         log(f"cluster {name} rep {rep}: {row}")
         return row
     finally:
@@ -138,17 +188,25 @@ def _median(values: list[float | None]) -> str:
 
 def table(rows: list[dict[str, Any]]) -> str:
     out = [
-        "| timing | gate | to first rank | to success | gap after last sshd | failed launches |",
-        "|---|---|---|---|---|---|",
+        "| scene | workers | gate | to first rank | to success | gap after last sshd "
+        "| workers' pull | failed launches |",
+        "|---|---|---|---|---|---|---|---|",
     ]
-    for timing in TIMINGS:
-        for variant in VARIANTS:
-            mine = [r for r in rows if r["variant"] == variant and r["timing"] == timing]
-            out.append(
-                f"| {timing} | {variant} | {_median([r['to_first_rank'] for r in mine])} | "
-                f"{_median([r['to_success'] for r in mine])} | {_median([r['gap'] for r in mine])} "
-                f"| {sum(r['failed_launches'] for r in mine)} in {len(mine)} |"
-            )
+    for scene in SCENES:
+        for workers in sorted({r["workers"] for r in rows}):
+            for gate in GATES:
+                mine = [r for r in rows if (r["gate"], r["scene"], r["workers"]) ==
+                        (gate, scene, workers)]  # fmt: skip
+                if not mine:
+                    continue
+                out.append(
+                    f"| {scene} | {workers} | {gate} | "
+                    f"{_median([r['to_first_rank'] for r in mine])} | "
+                    f"{_median([r['to_success'] for r in mine])} | "
+                    f"{_median([r['gap'] for r in mine])} | "
+                    f"{_median([r['worker_pull'] for r in mine])} | "
+                    f"{sum(r['failed_launches'] for r in mine)} in {len(mine)} |"
+                )
     return "\n".join(out)
 
 
@@ -161,9 +219,9 @@ def chart(rows: list[dict[str, Any]], path: Path) -> Path | None:
     except ImportError:
         return None
     fig, axes = plt.subplots(1, 2, figsize=(10, 3.6), sharey=True)
-    for ax, timing in zip(axes, TIMINGS, strict=True):
-        for i, variant in enumerate(VARIANTS):
-            mine = [r for r in rows if r["variant"] == variant and r["timing"] == timing]
+    for ax, scene in zip(axes, SCENES, strict=True):
+        for i, gate in enumerate(GATES):
+            mine = [r for r in rows if r["gate"] == gate and r["scene"] == scene]
             for key, color, dx in (
                 ("to_first_rank", "tab:blue", -0.12),
                 ("to_success", "tab:orange", 0.12),
@@ -171,9 +229,9 @@ def chart(rows: list[dict[str, Any]], path: Path) -> Path | None:
                 ys = [r[key] for r in mine if r[key] is not None]
                 ax.scatter([i + dx] * len(ys), ys, color=color, s=18,
                            label=key.replace("_", " ") if i == 0 else None)  # fmt: skip
-        ax.set_xticks(range(len(VARIANTS)), VARIANTS, rotation=20)
-        ax.set_title({"worker-pull": "one worker's pull 20 s",
-                      "both-pull": "and the launcher's pull 15 s"}[timing])  # fmt: skip
+        ax.set_xticks(range(len(GATES)), GATES, rotation=20)
+        ax.set_title({"original": f"the workers' nodes pull ({PULL_SECONDS} s)",
+                      "both-pull": "and the launcher's node too"}[scene])  # fmt: skip
         ax.grid(axis="y", alpha=0.3)
     axes[0].set_ylabel("seconds from MPIJob creation")
     axes[0].legend(loc="upper left", fontsize=8)
@@ -182,12 +240,12 @@ def chart(rows: list[dict[str, Any]], path: Path) -> Path | None:
     return path
 
 
-def run(cluster: Cluster, reps: int, out: Path) -> str:
+def run(cluster: Cluster, reps: int, out: Path, workers: int = WORKERS) -> str:
     rows: list[dict[str, Any]] = []
     for rep in range(reps):
-        for timing in TIMINGS:
-            for variant in VARIANTS:
-                rows.append(one_run(cluster, variant, timing, rep))
+        for scene in SCENES:
+            for gate in GATES:
+                rows.append(one_run(cluster, gate, scene, rep, workers))
                 (out / "cluster.json").write_text(json.dumps(rows, indent=1))
     md = table(rows)
     (out / "cluster.md").write_text(md + "\n")

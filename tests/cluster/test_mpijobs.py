@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from testbed.cluster import images
 from testbed.cluster.mpijob import (
+    LATE_START,
     Jobs,
     as_deployed,
     hold_back,
@@ -26,7 +27,7 @@ from testbed.cluster.mpijob import (
     worker_image,
 )
 
-HELD_BACK = 20  # s: one worker's image pull, stood in for by an initContainer that sleeps
+HELD_BACK = 20  # s: one worker's sshd starts this late (hold_back); real pulls: test_pulls.py
 # The other examples' late worker: it need only be later than the launcher's first probe (about
 # 3 s after the pod starts), which ``assert_waited_for`` checks in mpiwait's log.
 LATE = 10
@@ -271,35 +272,48 @@ def test_misplaced_prted_exits_3_and_says_why(jobs: Jobs, case: str) -> None:
     assert took < 30, (took, end, out)
 
 
+REPLACED_LATE = 45  # s: worker 1's late start, long enough to replace worker 0 before it
+
+
 def test_worker_replaced_after_it_passed(jobs: Jobs) -> None:
-    """Worker 0 passes, then its pod is deleted before worker 1 arrives: the operator makes a new
-    pod with the same name and a new address; mpiwait launches only once that one accepts
-    logins, and mpirun reaches it."""
-    doc = hold_back(as_deployed(load_example("initcontainer.yaml")), 1, 45)
+    """Worker 0 passes, then its pod is deleted about 2 s before worker 1 arrives: the operator
+    makes a new pod with the same name and a new address. mpiwait's log says worker 0 was lost
+    before worker 1 was ready, and ready again after the loss (the new pod, waited for), and
+    mpirun reaches it."""
+    doc = hold_back(as_deployed(load_example("initcontainer.yaml")), 1, REPLACED_LATE)
     job = jobs.create(doc)
-    w0 = f"{job}-worker-0"
+    w0, w1 = f"{job}-worker-0", f"{job}-worker-1"
 
-    def launcher_waiting() -> str:
+    def launcher_log() -> str:
         pods = jobs.launcher_pods(job)
-        if not pods:
-            return ""
-        log = jobs.logs(pods[0]["metadata"]["name"], "wait-for-workers")
-        return log if re.search(rf"\d+/2 ready \({re.escape(w0)}\.", log) else ""
+        return jobs.logs(pods[0]["metadata"]["name"], "wait-for-workers") if pods else ""
 
-    jobs.wait_for("worker 0 passed", launcher_waiting, timeout=120)
+    def w0_passed() -> bool:
+        return bool(re.search(rf"\d+/2 ready \({re.escape(w0)}\.", launcher_log()))
+
+    def w1_sleeping() -> float | None:
+        for s in jobs.get("pod", w1)["status"].get("initContainerStatuses", []):
+            if s["name"] == LATE_START and "running" in s["state"]:
+                return _at(s["state"]["running"]["startedAt"]).timestamp()
+        return None
+
+    jobs.wait_for("worker 0 passed", w0_passed, timeout=120)
+    arrives = jobs.wait_for("worker 1's late start", w1_sleeping, timeout=60) + REPLACED_LATE
+    assert time.time() < arrives - 5, "worker 1 arrives too soon to replace worker 0 before it"
+    time.sleep(arrives - 2 - time.time())
     old = jobs.get("pod", w0)
-    jobs.kubectl("delete", "pod", w0, "--grace-period=1")
+    jobs.kubectl("delete", "pod", w0, "--grace-period=1", "--wait=false")
 
-    def replaced() -> dict | None:
-        if jobs.kubectl("get", "pod", w0, check=False).returncode != 0:
-            return None
-        pod = jobs.get("pod", w0)
-        fresh = pod["metadata"]["uid"] != old["metadata"]["uid"] and pod["status"].get("podIP")
-        return pod if fresh else None
-
-    new = jobs.wait_for("worker 0 replaced", replaced, timeout=90)
+    out = assert_one_clean_launch(jobs, job, [w0, w1], "tensorflow-benchmarks")
+    new = jobs.get("pod", w0)
+    assert new["metadata"]["uid"] != old["metadata"]["uid"], out
     assert new["status"]["podIP"] != old["status"]["podIP"]
-    assert_one_clean_launch(jobs, job, [w0, f"{job}-worker-1"], "tensorflow-benchmarks")
+    log = launcher_log()
+    lost = re.search(rf"^mpiwait: \[\+[\d.]+s\] {re.escape(w0)}\.\S* no longer ready", log, re.M)
+    assert lost, log
+    after = log[lost.end() :]
+    assert re.search(rf"ready \({re.escape(w1)}\.", after), log  # lost before the last arrived
+    assert re.search(rf"ready \({re.escape(w0)}\.", after), log  # the new pod, waited for
 
 
 def test_suspended_then_resumed(jobs: Jobs) -> None:

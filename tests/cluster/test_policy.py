@@ -16,6 +16,7 @@ import pytest
 from test_mpijobs import HELD_BACK, assert_one_clean_launch, assert_waited_for
 from testbed.cluster import Cluster, images
 from testbed.cluster.mpijob import (
+    LATE_START,
     Jobs,
     as_deployed,
     hold_back,
@@ -95,7 +96,7 @@ def test_operator_pi_example_waits_for_its_late_worker(policy: str, jobs: Jobs) 
     waited = jobs.logs(launcher["metadata"]["name"], "mpiwait")
     assert_waited_for(waited, f"{job}-worker-0", f"{job}-worker-1", HELD_BACK)
     for w in jobs.worker_pods(job):
-        assert _init_names(w) == ["image-pull"]  # hold_back's, nothing of the policy's
+        assert _init_names(w) == [LATE_START]  # hold_back's, nothing of the policy's
         assert restarts(w) == 0
 
 

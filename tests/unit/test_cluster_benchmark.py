@@ -1,11 +1,12 @@
-"""Scenario 7 (benchmarks/s7_cluster.py) compares gates on one MPIJob: each variant must be the
-documented initcontainer.yaml plus its gate and timing, and nothing else."""
+"""Scenario 7 (benchmarks/s7_cluster.py) compares gates on one MPIJob: each gate's job must be
+its documented example, scaled to the scene's workers, plus its gate, and nothing else."""
 
 from __future__ import annotations
 
 import pytest
 import testbed
-from testbed.cluster.mpijob import as_deployed, hold_back, load_example
+from testbed.cluster import images
+from testbed.cluster.mpijob import as_deployed, load_example
 
 from benchmarks import s7_cluster
 
@@ -16,21 +17,38 @@ def _launcher(doc: dict) -> dict:
     return doc["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]
 
 
-@pytest.mark.parametrize("timing", s7_cluster.TIMINGS)
-@pytest.mark.parametrize("variant", s7_cluster.VARIANTS)
-def test_each_variant_is_the_example_and_its_gate(variant: str, timing: str) -> None:
-    doc = s7_cluster.manifest(variant, timing, "x")
-    base = hold_back(as_deployed(load_example("initcontainer.yaml")), 1, s7_cluster.WORKER_PULL)
+@pytest.mark.parametrize("workers", [4, 64])
+@pytest.mark.parametrize("gate", s7_cluster.GATES)
+def test_each_gate_is_its_example_and_its_gate(gate: str, workers: int) -> None:
+    doc = s7_cluster.manifest(gate, "x", workers)
+    example = "entrypoint.yaml" if gate == "entrypoint" else "initcontainer.yaml"
+    base = as_deployed(load_example(example))
     inits = [c["name"] for c in _launcher(doc).get("initContainers", [])]
-    assert ("wait-for-workers" in inits) == (variant == "mpiwait")
-    assert ("image-pull" in inits) == (timing == "both-pull")
+    assert ("wait-for-workers" in inits) == (gate == "init")
     policy = doc["spec"].get("launcherCreationPolicy", "AtStartup")
-    assert (policy == "WaitForWorkersReady") == (variant in ("ready-gate", "probe-1s", "probe-10s"))
-    worker = doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
+    assert (policy == "WaitForWorkersReady") == (gate in ("ready-gate", "ready-probe"))
+    spec = doc["spec"]["mpiReplicaSpecs"]["Worker"]
+    assert spec["replicas"] == workers
+    worker = spec["template"]["spec"]
+    base_worker = base["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
     probe = worker["containers"][0].pop("readinessProbe", None)
-    assert (probe is not None) == variant.startswith("probe-")
-    if probe:
-        assert probe["tcpSocket"]["port"] == 22
-    # The workers (but for the probe) and the launcher's MPI container are the example's.
-    assert worker == base["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]
-    assert _launcher(doc)["containers"] == _launcher(base)["containers"]
+    base_probe = base_worker["containers"][0].pop("readinessProbe", None)
+    if gate == "ready-probe":
+        assert probe == {"tcpSocket": {"port": 22}, "periodSeconds": 1}
+    else:  # entrypoint.yaml's own probe, which gates nothing there, stays
+        assert probe == base_probe
+    # The workers (but for the probe) are the example's; the launcher's MPI container too, but
+    # for its rank count.
+    assert worker == base_worker
+    (mine,), (theirs,) = _launcher(doc)["containers"], _launcher(base)["containers"]
+    argv, base_argv = mine.get("command") or mine["args"], theirs.get("command") or theirs["args"]
+    assert [a for a in argv if a != str(workers)] == [a for a in base_argv if a != "2"]
+    assert str(workers) in argv
+
+
+def test_each_gate_pulls_its_own_mpi_image() -> None:
+    for gate in s7_cluster.GATES:
+        doc = s7_cluster.manifest(gate, "x")
+        worker = doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
+        pulled = s7_cluster.form(gate).pulled
+        assert worker["image"] in {r for i in pulled for r in images.pushes()[i]}

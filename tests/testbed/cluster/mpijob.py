@@ -62,15 +62,19 @@ def as_deployed(doc: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
+LATE_START = "late-start"  # hold_back's initContainer
+
+
 def hold_back(doc: dict[str, Any], worker: int, seconds: int) -> dict[str, Any]:
-    """Worker ``worker`` starts its sshd ``seconds`` late: an initContainer that sleeps stands for
-    its image pull (the template is every worker's, so it sleeps by the pod's name)."""
+    """Worker ``worker`` starts its sshd ``seconds`` late, as a worker whose setup runs before
+    its sshd would (an initContainer that sleeps, by the pod's name: the template is every
+    worker's). Real image pulls are ``pulls.pulling``'s."""
     doc = copy.deepcopy(doc)
     spec = doc["spec"]["mpiReplicaSpecs"]["Worker"]
     pod = spec["template"]["spec"]
     image = pod["containers"][0]["image"]
     pod.setdefault("initContainers", []).insert(0, {
-        "name": "image-pull",
+        "name": LATE_START,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["sh", "-c", f'case "$(hostname)" in *-worker-{worker}) sleep {seconds};; esac'],

@@ -9,7 +9,7 @@ import copy
 from typing import Any
 
 from . import images
-from .mpijob import EXAMPLES, Jobs
+from .mpijob import EXAMPLES, LATE_START, Jobs
 
 JOBSET = "jobset.sigs.k8s.io/jobset-name"
 RJOB = "jobset.sigs.k8s.io/replicatedjob-name"
@@ -46,14 +46,15 @@ def as_deployed(runtime: dict[str, Any]) -> dict[str, Any]:
 
 
 def hold_back(runtime: dict[str, Any], node: int, seconds: int) -> dict[str, Any]:
-    """Node ``node`` starts its sshd ``seconds`` late: an initContainer that sleeps stands for its
-    image pull. The nodes are the pods of one Job (``<trainjob>-node-0-<i>``, one template), so
-    it sleeps by the pod's hostname, as mpijob.hold_back does for MPIJob workers."""
+    """Node ``node`` starts its sshd ``seconds`` late, as a node whose setup runs before its sshd
+    would (an initContainer that sleeps). The nodes are the pods of one Job
+    (``<trainjob>-node-0-<i>``, one template), so it sleeps by the pod's hostname, as
+    mpijob.hold_back does for MPIJob workers."""
     runtime = copy.deepcopy(runtime)
     pod = _pod_specs(runtime)["node"]
     image = pod["containers"][0]["image"]
     pod.setdefault("initContainers", []).insert(0, {
-        "name": "image-pull",
+        "name": LATE_START,
         "image": image,
         "imagePullPolicy": "IfNotPresent",
         "command": ["sh", "-c", f'case "$(hostname)" in *-node-0-{node}) sleep {seconds};; esac'],
