@@ -1,7 +1,7 @@
-"""The cluster tier: one real single-node Kubernetes with the real mpi-operator for the whole tier
-(testbed.cluster), its images built by the test bed's container engine and imported, and one
-namespace per test. The first run on a machine builds the cluster (scripts/build-cluster) and the
-images; later runs reuse both."""
+"""The cluster tier: one real Kubernetes of three nodes with the real mpi-operator for the whole
+tier (testbed.cluster), its images built by the test bed's container engine and pushed into the
+cluster's registry, and one namespace per test. The first run on a machine builds the cluster
+(scripts/build-cluster) and the images; later runs reuse both."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""MPIJobs run by the real mpi-operator v0.8.2 on a real single-node Kubernetes 1.37, with mpiwait
-as users deploy it (the examples in examples/kubernetes/, images built here, names aside).
+"""MPIJobs run by the real mpi-operator v0.8.2 on a real Kubernetes 1.37 of three nodes, with
+mpiwait as users deploy it (the examples in examples/kubernetes/, images built here and pulled
+from the cluster's registry, names aside).
 
 What a user would see is what is checked: the MPIJob's condition, the launcher's pods (how many,
 how often restarted, their exit), mpirun's output in ``kubectl logs`` and mpiwait's."""

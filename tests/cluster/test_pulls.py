@@ -44,6 +44,19 @@ def _assert_waited_through_the_pull(log: str) -> None:
     assert ready and float(ready.group(1)) >= PULL_SECONDS / 2, log
 
 
+def test_what_a_node_would_fetch_is_what_it_has_not_unpacked(jobs: Jobs) -> None:
+    """``pulling`` shapes a link by what the node lacks: nothing where the image is unpacked
+    (its layers' blobs are dropped after the preload), the image's own layers once forgotten."""
+    cluster = jobs.cluster
+    refs = images.pushes()[MPI_IMAGE]
+    (node,) = cluster.node_of("launcher")
+    assert cluster.missing_bytes(node, refs) == 0
+    with pulling(cluster, [node], [MPI_IMAGE]):
+        lacks = cluster.missing_bytes(node, refs)
+    assert lacks > 100e6, lacks  # the Open MPI layer at least, not only what no image shares
+    assert cluster.missing_bytes(node, refs) == 0
+
+
 def test_original_scene_workers_pull_and_the_launcher_waits(jobs: Jobs) -> None:
     """initcontainer.yaml: the launcher's node has the image, both workers pull it for about
     25 s; mpiwait holds mpirun until both accept, and the job launches once."""

@@ -194,3 +194,13 @@ def test_a_component_that_exited_is_one_line_naming_its_log(tmp_path: Path) -> N
     assert len(PANIC) > 10_000 and "\n" not in said
     gone = host.exited("etcd", "etcd", tmp_path / "none.log")
     assert gone == f"etcd: etcd exited: (its log is empty) (its log: {tmp_path / 'none.log'})"
+
+
+def test_too_little_disk_is_one_line_naming_what_is_free_and_needed(tmp_path: Path) -> None:
+    said = host.disk_problem(tmp_path / "not" / "made" / "yet", needed=10**18)
+    assert said is not None and "\n" not in said
+    assert str(tmp_path) in said and "1000000000 GB" in said
+
+
+def test_enough_disk_is_no_problem(tmp_path: Path) -> None:
+    assert host.disk_problem(tmp_path, needed=1) is None

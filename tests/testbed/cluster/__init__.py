@@ -66,7 +66,7 @@ from .node import (
     SERVICE_CIDR,
     Node,
 )  # fmt: skip
-from .registry import Pusher, config_yaml
+from .registry import Pusher, config_yaml, zip_chain_ids
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]
@@ -83,6 +83,9 @@ CERT_DIR = Path("/tmp/k8s-webhook-server")  # + /serving-certs: JobSet's and Tra
 # One cluster at a time on a host (the bridge, its subnet and the ports are fixed): a second one
 # waits for this lock instead of failing on an address in use.
 LOCK = Path("/run/lock/mpiwait-test-cluster.lock")
+# Free disk a start needs where its workdir is: the nodes' unpacked images and the tests' pulls
+# (docs/testing.md, "The cluster tier's hosts").
+DISK_NEEDED = 12 * 10**9
 LOCK_WAIT = 3600.0
 # The tag in a cluster's processes' environment and on its iptables rule (leaks.py looks for it).
 CLUSTER_PREFIX = "kc"
@@ -236,6 +239,9 @@ class Cluster:
             self.timings["waited for another cluster"] = time.monotonic() - t0
         t0 = time.monotonic()
         try:
+            problem = host.disk_problem(self.workdir, DISK_NEEDED)
+            if problem:
+                raise ClusterError(problem)
             self._start()
         except BaseException:
             self.stop()
@@ -629,9 +635,17 @@ class Cluster:
 
     def preload(self, n: Node, refs: Sequence[str]) -> None:
         """``refs`` pulled from the registry into ``n``'s image store, past its link (as a node
-        that already had them): ctr fetches on the host and hands the content to containerd."""
+        that already had them): ctr fetches on the host and hands the content to containerd.
+        The layers' blobs are then dropped, as containerd's ``discard_unpacked_layers`` does:
+        their snapshots are what containers run from, and three nodes' copies of every blob
+        would double the tier's disk."""
         for ref in refs:
             self._ctr(n, "images", "pull", "--plain-http", ref)
+        pusher = Pusher(REGISTRY)
+        layers = {la["digest"] for r in refs for la in pusher.manifest(r)[1]["layers"]}
+        held = layers & set(self._ctr(n, "content", "ls", "-q").split())
+        if held:
+            self._ctr(n, "content", "rm", *sorted(held))
 
     def forget(self, n: Node, refs: Sequence[str]) -> None:
         """``refs`` removed from ``n``'s image store, their layers with them (those no other
@@ -644,11 +658,16 @@ class Cluster:
             self._ctr(n, "images", "rm", "--sync", *doomed)
 
     def missing_bytes(self, n: Node, refs: Sequence[str]) -> int:
-        """What pulling ``refs`` would fetch into ``n``: their layers it does not hold."""
-        have = set(self._ctr(n, "content", "ls", "-q").split())
+        """What pulling ``refs`` would fetch into ``n``: the layers it has not unpacked (a pull
+        fetches only those whose snapshot, named by the layer's chain ID, is missing)."""
+        have = {ln.split()[0] for ln in self._ctr(n, "snapshots", "ls").splitlines()[1:]}
         pusher = Pusher(REGISTRY)
-        layers = {la["digest"]: la["size"] for r in refs for la in pusher.manifest(r)[1]["layers"]}
-        return sum(size for digest, size in layers.items() if digest not in have)
+        missing: dict[str, int] = {}
+        for r in refs:
+            for chain, layer in zip_chain_ids(pusher.manifest(r)[1]["layers"]):
+                if chain not in have:
+                    missing[layer["digest"]] = layer["size"]
+        return sum(missing.values())
 
     def images(self, n: Node) -> list[str]:
         return self._ctr(n, "images", "ls", "-q").split()

@@ -7,6 +7,8 @@ The file checks only read. The probes make a bridge, a veth pair and a tbf qdisc
 namespace of their own that vanishes with the probing process: nothing is left on the host but
 the kernel modules loaded on demand, which the cluster would load anyway.
 
+``disk_problem(path, needed)``: too little free space for the nodes' image stores.
+
 Also ``exited(what, name, log)``: the one line for a component that died while the cluster
 started, naming its log instead of quoting it.
 
@@ -15,6 +17,7 @@ Stdlib only; importable without pytest."""
 from __future__ import annotations
 
 import re
+import shutil
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -199,6 +202,20 @@ def probe_problem(probes: Sequence[Probe] = PROBES) -> str | None:
         if cp.returncode != 0:
             said = last_line(cp.stderr) or f"exit {cp.returncode}"
             return f"cannot make {p.what} ({p.command}: {said}): {p.fix}"
+    return None
+
+
+def disk_problem(path: Path, needed: int) -> str | None:
+    """Fewer than ``needed`` bytes free where ``path`` is (its nearest existing parent): the
+    nodes run without disk eviction, so a full disk would fail pods one by one instead."""
+    while not path.exists():
+        path = path.parent
+    free = shutil.disk_usage(path).free
+    if free < needed:
+        return (
+            f"{free / 1e9:.1f} GB free on the filesystem of {path}; the cluster's nodes need "
+            f"{needed / 1e9:.0f} GB there: free some, or point TMPDIR at a larger disk"
+        )
     return None
 
 

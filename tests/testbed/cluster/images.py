@@ -208,6 +208,7 @@ def cluster_with_images(
             t0 = time.monotonic()
             names = pushes()
             sent = c.push(archive, names)
+            archive.unlink()  # the nodes pull from the registry: its disk is theirs now
             c.timings[f"images pushed ({sent / 1e6:.0f} MB sent)"] = time.monotonic() - t0
             t0 = time.monotonic()
             refs = [r for rs in names.values() for r in rs]
@@ -222,7 +223,6 @@ def cluster_with_images(
                 c.start_trainer()
                 c.timings["JobSet and Trainer started"] = time.monotonic() - t0
             loading.result()
-        archive.unlink()
         yield c
     finally:
         c.stop()

@@ -135,8 +135,10 @@ def kubelet_config(node: Node, cgroup_root: str, sock: Path, resolv: Path, logs:
         "clusterDomain": "cluster.local", "clusterDNS": [DNS_IP], "resolvConf": str(resolv),
         "authentication": {"anonymous": {"enabled": True}, "webhook": {"enabled": False}},
         "authorization": {"mode": "AlwaysAllow"},
-        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "1%",
-                         "imagefs.available": "1%", "nodefs.inodesFree": "1%"},
+        # No disk eviction (as kind runs its nodes): the nodes share the host's disk, so one
+        # test's peak would evict every node's pods; Cluster.start checks the free space.
+        "evictionHard": {"memory.available": "100Mi", "nodefs.available": "0%",
+                         "imagefs.available": "0%", "nodefs.inodesFree": "0%"},
         # Image GC off: a node keeps what it pulled until a test forgets it on purpose.
         "imageGCHighThresholdPercent": 100, "imageGCLowThresholdPercent": 99,
         "serializeImagePulls": False, "registerNode": True,

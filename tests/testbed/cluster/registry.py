@@ -28,6 +28,21 @@ class RegistryError(RuntimeError):
     pass
 
 
+def zip_chain_ids(layers: Iterable[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Each of a manifest's layers with its chain ID (OCI image spec), which names the snapshot
+    containerd unpacks it to. The layers are uncompressed, so each digest is its diff_id."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    chain = ""
+    for layer in layers:
+        chain = layer["digest"] if not chain else _sha256(f"{chain} {layer['digest']}".encode())
+        out.append((chain, layer))
+    return out
+
+
+def _sha256(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
 def config_yaml(address: str, storage: Path) -> str:
     """distribution's configuration: filesystem storage, HTTP on ``address``, no auth."""
     return (
