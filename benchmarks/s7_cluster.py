@@ -21,18 +21,22 @@ pod failed). One MPIJob at a time: several side by side would share the shaped l
 
 from __future__ import annotations
 
-import copy
 import json
 import statistics
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from testbed.cluster import Cluster, images
-from testbed.cluster.mpijob import Jobs, as_deployed, load_example, without_init
+from testbed.cluster.mpijob import (
+    Jobs,
+    as_deployed,
+    from_a_rank,
+    load_example,
+    scaled,
+    without_init,
+)
 from testbed.cluster.pulls import PULL_SECONDS, pulling, pulls
 
 from benchmarks.common import log
@@ -65,20 +69,8 @@ def form(gate: str) -> Form:
     return ENTRYPOINT if gate == "entrypoint" else INIT
 
 
-def _scaled(doc: dict[str, Any], workers: int) -> dict[str, Any]:
-    """The example with ``workers`` workers and one rank on each (mpirun's -np/-n follows)."""
-    doc = copy.deepcopy(doc)
-    specs = doc["spec"]["mpiReplicaSpecs"]
-    specs["Worker"]["replicas"] = workers
-    launcher = specs["Launcher"]["template"]["spec"]["containers"][0]
-    argv = launcher.get("command") or launcher["args"]
-    at = next(i for i, a in enumerate(argv) if a in ("-np", "-n")) + 1
-    argv[at] = str(workers)
-    return doc
-
-
 def manifest(gate: str, name: str, workers: int = WORKERS) -> dict[str, Any]:
-    doc = _scaled(as_deployed(load_example(form(gate).example)), workers)
+    doc = scaled(as_deployed(load_example(form(gate).example)), workers)
     doc["metadata"]["name"] = name
     doc["spec"]["runPolicy"]["cleanPodPolicy"] = "None"  # the workers' logs outlive the job
     doc["spec"]["runPolicy"]["backoffLimit"] = 6
@@ -92,29 +84,6 @@ def manifest(gate: str, name: str, workers: int = WORKERS) -> dict[str, Any]:
     return doc
 
 
-def _stamp(line: str) -> float:
-    """The kubelet's RFC 3339 timestamp at the start of a ``kubectl logs --timestamps`` line."""
-    text = line.split(" ", 1)[0].rstrip("Z")
-    whole, _, frac = text.partition(".")
-    t = datetime.fromisoformat(whole + "+00:00").timestamp()
-    return t + float("0." + frac) if frac else t
-
-
-def _first(jobs: Jobs, pod: str, container: str, match: Callable[[str], bool]) -> float | None:
-    """The kubelet's time of the first line of ``pod``'s log for which ``match(text)`` holds."""
-    out = jobs.kubectl("logs", "--timestamps", pod, "-c", container, check=False).stdout
-    for line in out.splitlines():
-        stamp, _, text = line.partition(" ")
-        if stamp and match(text.strip()):
-            return _stamp(stamp)
-    return None
-
-
-def _from_a_rank(workers: set[str]) -> Callable[[str], bool]:
-    """A line a rank printed: its host name (hostname), or pi's "Workers:"/"Rank" lines."""
-    return lambda t: t in workers or t.startswith(("Workers:", "Rank "))
-
-
 def measure(
     jobs: Jobs, gate: str, name: str, created: float, succeeded: float | None
 ) -> dict[str, Any]:
@@ -122,7 +91,7 @@ def measure(
     worker_pods = jobs.worker_pods(name)
     names = {p["metadata"]["name"] for p in worker_pods}
     listening = [
-        _first(jobs, w, f.worker, lambda t: "Server listening" in t) for w in sorted(names)
+        jobs.first_line_at(w, f.worker, lambda t: "Server listening" in t) for w in sorted(names)
     ]
     heard = [t for t in listening if t is not None]
     last_sshd = max(heard) if heard and len(heard) == len(listening) else None
@@ -132,7 +101,7 @@ def measure(
     first_rank = None
     launchers = jobs.launcher_pods(name)
     for pod in launchers:
-        t = _first(jobs, pod["metadata"]["name"], f.launcher, _from_a_rank(names))
+        t = jobs.first_line_at(pod["metadata"]["name"], f.launcher, from_a_rank(names))
         if t is not None and (first_rank is None or t < first_rank):
             first_rank = t
     # A failed launch: mpirun's container restarted in its pod (the operator's launcher pods

@@ -43,11 +43,13 @@ def _failed_launch(jobs: Jobs, job: str) -> dict | None:
     return None
 
 
-def assert_one_clean_launch(jobs: Jobs, job: str, seen: list[str], container: str) -> str:
+def assert_one_clean_launch(
+    jobs: Jobs, job: str, seen: list[str], container: str, timeout: float = 300
+) -> str:
     """The job (an MPIJob, or a TrainJob through TrainJobs) succeeded with one launcher pod,
     never restarted, whose ``container`` logged each of ``seen`` (the workers' names: mpirun
     reached them). Returns that log."""
-    assert jobs.wait_finished(job) == jobs.SUCCEEDED, jobs.describe(job)
+    assert jobs.wait_finished(job, timeout) == jobs.SUCCEEDED, jobs.describe(job)
     launchers = jobs.launcher_pods(job)
     assert len(launchers) == 1, jobs.describe(job)
     assert launchers[0]["status"]["phase"] == "Succeeded"

@@ -161,8 +161,10 @@ def corefile(dns: str, kubeconfig: Path) -> str:
         if dns == "kubeadm"
         else "    cache 30\n"
     )
+    # log: one line a query, its client's address first (``Cluster.dns_queries_from``).
     return (
         f"cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {{\n    bind {CONTROL_IP}\n    errors\n"
+        f"    log\n"
         f"    health 127.0.0.1:18080\n"
         f"    kubernetes cluster.local in-addr.arpa ip6.arpa {{\n"
         f"        kubeconfig {kubeconfig}\n        pods insecure\n"
@@ -741,6 +743,10 @@ class Cluster:
         path.write_text(text)
         self._wait(f"CoreDNS reloaded as {dns}",
                    lambda: self.log("coredns").count(started) > before, timeout)  # fmt: skip
+
+    def dns_queries_from(self, address: str) -> int:
+        """How many queries CoreDNS has logged from ``address`` (a pod's IP) so far."""
+        return self.log("coredns").count(f"] {address}:")
 
     def log(self, component: str) -> str:
         path = self.logs / f"{component}.log"

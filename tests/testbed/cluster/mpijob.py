@@ -7,6 +7,8 @@ from __future__ import annotations
 import copy
 import json
 import time
+from collections.abc import Callable
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,33 @@ def hold_back(doc: dict[str, Any], worker: int, seconds: int) -> dict[str, Any]:
         "command": ["sh", "-c", f'case "$(hostname)" in *-worker-{worker}) sleep {seconds};; esac'],
     })  # fmt: skip
     return doc
+
+
+def scaled(doc: dict[str, Any], workers: int) -> dict[str, Any]:
+    """``doc`` with ``workers`` workers and one rank on each (mpirun's -np or -n follows)."""
+    doc = copy.deepcopy(doc)
+    specs = doc["spec"]["mpiReplicaSpecs"]
+    specs["Worker"]["replicas"] = workers
+    launcher = specs["Launcher"]["template"]["spec"]["containers"][0]
+    argv = launcher.get("command") or launcher["args"]
+    at = next(i for i, a in enumerate(argv) if a in ("-np", "-n")) + 1
+    argv[at] = str(workers)
+    return doc
+
+
+def stamp(text: str) -> float:
+    """The kubelet's RFC 3339 timestamp (``kubectl logs --timestamps``, a status's time) as Unix
+    time."""
+    text = text.rstrip("Z")
+    whole, _, frac = text.partition(".")
+    t = datetime.fromisoformat(whole + "+00:00").timestamp()
+    return t + float("0." + frac) if frac else t
+
+
+def from_a_rank(workers: set[str]) -> Callable[[str], bool]:
+    """Whether a launcher's log line was printed by a rank: a worker's host name (``hostname``
+    as the program), or the pi examples' "Workers:" and "Rank ... on host" lines."""
+    return lambda t: t in workers or t.startswith(("Workers:", "Rank "))
 
 
 def restarts(pod: dict[str, Any]) -> int:
@@ -224,6 +253,16 @@ class Jobs:
         out = self.kubectl(*args, check=False).stdout
         assert isinstance(out, str)
         return out
+
+    def first_line_at(self, pod: str, container: str, match: Any) -> float | None:
+        """The kubelet's time of the first line of the container's log for which ``match(text)``
+        holds, or None."""
+        out = self.kubectl("logs", "--timestamps", pod, "-c", container, check=False).stdout
+        for line in out.splitlines():
+            at, _, text = line.partition(" ")
+            if at and match(text.strip()):
+                return stamp(at)
+        return None
 
     def describe(self, job: str) -> str:
         out = [self.kubectl("get", "mpijob,job,pods", "-o", "wide", check=False).stdout]

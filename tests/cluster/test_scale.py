@@ -1,0 +1,192 @@
+"""Jobs of 65 workers spread over the two worker nodes, one of which pulls the image for real
+(its workers arrive about ``PULL_SECONDS`` late): one clean launch in which mpirun reaches every
+worker. Open MPI 4 starts 65 daemons, so it spawns them through the workers (a tree: workers
+log in to workers, mpi-operator #501), and MPICH's hydra starts 65 proxies.
+
+Each run also records what it cost (printed, and in the JUnit XML as properties): time to the
+first rank, the gap from the last worker's sshd listening to mpiwait's go and to the first rank,
+and for the initContainer form the DNS queries mpiwait's container sent per worker (CoreDNS's
+query log, by its pod's address) and its CPU time and peak memory (its cgroup, read while it
+runs). docs/performance.md quotes them, naming the run."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from test_mpijobs import assert_one_clean_launch
+from testbed.cluster import Cluster, images
+from testbed.cluster.mpijob import Jobs, as_deployed, from_a_rank, load_example, restarts, scaled
+from testbed.cluster.pulls import PULL_SECONDS, pulling, pulls
+
+WORKERS = 65  # Open MPI 4 spawns through the workers above 64 daemons
+TIMEOUT = 600
+
+
+def _all_pods_spec(doc: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    for spec in doc["spec"]["mpiReplicaSpecs"].values():
+        pod = spec["template"]["spec"]
+        yield from [*pod.get("initContainers", []), *pod["containers"]]
+
+
+def without_cpu_limits(doc: dict[str, Any]) -> dict[str, Any]:
+    """65 of entrypoint.yaml's half-CPU limits do not fit two 2-CPU nodes: no CPU limits."""
+    for c in _all_pods_spec(doc):
+        c.get("resources", {}).get("limits", {}).pop("cpu", None)
+    return doc
+
+
+class CgroupWatch:
+    """The CPU time and peak memory of one container, read from its cgroup v1 files every
+    ``period`` while it runs (its cgroup goes when it exits: the CPU time is the last read)."""
+
+    def __init__(self, cluster: Cluster, jobs: Jobs, pod: Callable[[], dict[str, Any] | None],
+                 container: str, period: float = 0.2) -> None:  # fmt: skip
+        self.cluster, self.jobs, self.pod, self.container = cluster, jobs, pod, container
+        self.period = period
+        self.cpu_s = 0.0
+        self.peak_bytes = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _dirs(self) -> tuple[Path, Path] | None:
+        pod = self.pod()
+        if not pod:
+            return None
+        for s in pod["status"].get("initContainerStatuses", []):
+            if s["name"] == self.container and s.get("containerID"):
+                cid = s["containerID"].split("://", 1)[1]
+                node = pod["spec"]["nodeName"].removeprefix("mpiwait-")
+                qos = pod["status"]["qosClass"].lower()
+                uid = pod["metadata"]["uid"]
+                rel = f"{self.cluster.cgroup_root}/{node}/kubepods/{qos}/pod{uid}/{cid}"
+                return Path("/sys/fs/cgroup/cpuacct", rel), Path("/sys/fs/cgroup/memory", rel)
+        return None
+
+    def _run(self) -> None:
+        dirs = None
+        while not self._stop.is_set():
+            dirs = dirs or self._dirs()
+            if dirs:
+                try:
+                    self.cpu_s = int((dirs[0] / "cpuacct.usage").read_text()) / 1e9
+                    peak = int((dirs[1] / "memory.max_usage_in_bytes").read_text())
+                    self.peak_bytes = max(self.peak_bytes, peak)
+                except (OSError, ValueError):
+                    pass  # not made yet, or gone with the container
+            self._stop.wait(self.period)
+
+    def __enter__(self) -> CgroupWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@contextmanager
+def _job_pulling_late(jobs: Jobs, pulled: list[str]) -> Iterator[Any]:
+    """The last worker node lacks ``pulled`` and fetches them over a link shaped to take
+    ``PULL_SECONDS``; the launcher's node and the other worker node have them."""
+    late = jobs.cluster.node_of("worker")[-1]
+    with pulling(jobs.cluster, [late], pulled):
+        yield late
+
+
+def _gaps(jobs: Jobs, job: str, launcher: str, worker: str, created: float) -> dict[str, float]:
+    pods = jobs.worker_pods(job)
+    names = {p["metadata"]["name"] for p in pods}
+    listening = [
+        jobs.first_line_at(w, worker, lambda t: "Server listening" in t) for w in sorted(names)
+    ]
+    assert None not in listening, listening
+    last_sshd = max(t for t in listening if t is not None)
+    (pod,) = jobs.launcher_pods(job)
+    name = pod["metadata"]["name"]
+    inits = [c["name"] for c in pod["spec"].get("initContainers", [])]
+    waiter = "wait-for-workers" if "wait-for-workers" in inits else launcher
+    go = jobs.first_line_at(name, waiter, lambda t: bool(re.search(r"all \d+ hosts ready", t)))
+    first_rank = jobs.first_line_at(name, launcher, from_a_rank(names))
+    assert go is not None and first_rank is not None
+    return {
+        "to_first_rank_s": round(first_rank - created, 1),
+        "last_sshd_to_go_s": round(go - last_sshd, 2),
+        "last_sshd_to_first_rank_s": round(first_rank - last_sshd, 2),
+        "launcher_restarts": restarts(pod),
+    }
+
+
+def _late_workers(jobs: Jobs, job: str, late_node: str, ref: str) -> int:
+    """How many workers ran on the pulling node, each having waited for a real pull."""
+    late = [w for w in jobs.worker_pods(job) if w["spec"]["nodeName"] == late_node]
+    for w in late:
+        took = [p.seconds for p in pulls(jobs, w["metadata"]["name"]) if p.image == ref]
+        # the node's first pod pulls; the others wait for that pull (the kubelet says so too)
+        assert took and all(t is None or t >= PULL_SECONDS / 2 for t in took), (w, took)
+    return len(late)
+
+
+def _report(record: Callable[[str, object], None], what: str, figures: dict[str, Any]) -> None:
+    for k, v in figures.items():
+        record(k, v)
+    print(f"\n{what}: " + ", ".join(f"{k}={v}" for k, v in figures.items()))
+
+
+def test_openmpi4_65_workers_tree_spawn_one_node_pulling(
+    jobs: Jobs, record_property: Callable[[str, object], None]
+) -> None:
+    """initcontainer.yaml with 65 workers (Open MPI 4: 65 daemons, spawned as a tree)."""
+    doc = scaled(as_deployed(load_example("initcontainer.yaml")), WORKERS)
+    ref = images.registry_ref("mpioperator/tensorflow-benchmarks:latest")
+    with _job_pulling_late(jobs, [images.OPENMPI]) as late:
+        created = time.time()
+        job = jobs.create(doc)
+
+        def launcher() -> dict[str, Any] | None:
+            pods = jobs.launcher_pods(job)
+            return pods[0] if pods else None
+
+        with CgroupWatch(jobs.cluster, jobs, launcher, "wait-for-workers") as usage:
+            workers = [f"{job}-worker-{i}" for i in range(WORKERS)]
+            out = assert_one_clean_launch(jobs, job, workers, "tensorflow-benchmarks", TIMEOUT)
+        lines = out.splitlines()
+        assert all(lines.count(w) == 1 for w in workers), out  # one rank on every worker
+        late_workers = _late_workers(jobs, job, late.name, ref)
+    assert 0 < late_workers < WORKERS
+    (pod,) = jobs.launcher_pods(job)
+    log = jobs.logs(pod["metadata"]["name"], "wait-for-workers")
+    assert re.search(rf"all {WORKERS} hosts ready", log), log
+    queries = jobs.cluster.dns_queries_from(pod["status"]["podIP"])
+    figures = _gaps(jobs, job, "tensorflow-benchmarks", "tensorflow-benchmarks", created)
+    figures |= {
+        "workers": WORKERS, "late_workers": late_workers,
+        "dns_queries_per_worker": round(queries / WORKERS, 1),
+        "mpiwait_cpu_s": round(usage.cpu_s, 2),
+        "mpiwait_peak_mib": round(usage.peak_bytes / 2**20, 1),
+    }  # fmt: skip
+    assert usage.cpu_s > 0 and usage.peak_bytes > 0  # the watch saw the container
+    _report(record_property, "openmpi4 65 workers", figures)
+
+
+def test_mpich_hydra_65_workers_one_node_pulling(
+    jobs: Jobs, record_property: Callable[[str, object], None]
+) -> None:
+    """entrypoint.yaml (MPICH, mpiwait the image's ENTRYPOINT) with 65 workers."""
+    doc = without_cpu_limits(scaled(as_deployed(load_example("entrypoint.yaml")), WORKERS))
+    ref = images.registry_ref("ghcr.io/mpiwait/pi-mpich-mpiwait:0.1.0")
+    with _job_pulling_late(jobs, [images.PI_MPIWAIT, images.MPICH_PI]) as late:
+        created = time.time()
+        job = jobs.create(doc)
+        workers = [f"{job}-worker-{i}" for i in range(WORKERS)]
+        assert_one_clean_launch(jobs, job, workers, "mpi-launcher", TIMEOUT)
+        late_workers = _late_workers(jobs, job, late.name, ref)
+    assert 0 < late_workers < WORKERS
+    figures = _gaps(jobs, job, "mpi-launcher", "mpi-worker", created)
+    figures |= {"workers": WORKERS, "late_workers": late_workers}
+    _report(record_property, "mpich 65 workers", figures)
