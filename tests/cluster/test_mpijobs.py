@@ -7,6 +7,7 @@ how often restarted, their exit), mpirun's output in ``kubectl logs`` and mpiwai
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import time
@@ -307,10 +308,14 @@ def test_worker_replaced_after_it_passed(jobs: Jobs) -> None:
     old = jobs.get("pod", w0)
     jobs.kubectl("delete", "pod", w0, "--grace-period=1", "--wait=false")
 
-    out = assert_one_clean_launch(jobs, job, [w0, w1], "tensorflow-benchmarks")
-    new = jobs.get("pod", w0)
-    assert new["metadata"]["uid"] != old["metadata"]["uid"], out
+    def replaced() -> dict | None:  # seen while it runs: cleanPodPolicy deletes it at the end
+        pod = json.loads(jobs.kubectl("get", "pod", w0, "-o", "json", check=False).stdout or "{}")
+        fresh = pod and pod["metadata"]["uid"] != old["metadata"]["uid"]
+        return pod if fresh and pod["status"].get("podIP") else None
+
+    new = jobs.wait_for("worker 0 replaced", replaced, timeout=90)
     assert new["status"]["podIP"] != old["status"]["podIP"]
+    assert_one_clean_launch(jobs, job, [w0, w1], "tensorflow-benchmarks")
     log = launcher_log()
     lost = re.search(rf"^mpiwait: \[\+[\d.]+s\] {re.escape(w0)}\.\S* no longer ready", log, re.M)
     assert lost, log

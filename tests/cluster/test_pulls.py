@@ -21,8 +21,9 @@ ENTRYPOINT_IMAGES = (images.PI_MPIWAIT, images.MPICH_PI)
 ENTRYPOINT_REF = images.registry_ref("ghcr.io/mpiwait/pi-mpich-mpiwait:0.1.0")
 
 
-def _pulled(jobs: Jobs, pod: dict[str, Any], ref: str) -> Pull:
-    name = pod["metadata"]["name"]
+def _pulled(jobs: Jobs, pod: dict[str, Any] | str, ref: str) -> Pull:
+    """What the kubelet said of ``pod``'s pull of ``ref`` (its events outlive the pod)."""
+    name = pod if isinstance(pod, str) else pod["metadata"]["name"]
     mine = [p for p in pulls(jobs, name) if p.image == ref]
     assert len(mine) == 1, (name, pulls(jobs, name))
     return mine[0]
@@ -32,7 +33,7 @@ def _assert_workers_pulled(jobs: Jobs, job: str, ref: str) -> float:
     """Each worker's kubelet pulled ``ref`` and it took most of ``PULL_SECONDS``; returns when
     the last of those pulls ended."""
     ends = []
-    for w in jobs.worker_pods(job):
+    for w in (f"{job}-worker-0", f"{job}-worker-1"):  # cleanPodPolicy may have deleted them
         pulled = _pulled(jobs, w, ref)
         assert pulled.seconds is not None and pulled.seconds >= PULL_SECONDS / 2, pulled
         ends.append(pulled.at)
