@@ -59,12 +59,12 @@ class CgroupWatch:
         for s in pod["status"].get("initContainerStatuses", []):
             if s["name"] == self.container and s.get("containerID"):
                 cid = s["containerID"].split("://", 1)[1]
-                node = pod["spec"]["nodeName"].removeprefix("mpiwait-")
-                qos = pod["status"]["qosClass"].lower()  # Guaranteed pods have no level of it
-                level = "" if qos == "guaranteed" else f"{qos}/"
-                uid = pod["metadata"]["uid"]
-                rel = f"{self.cluster.cgroup_root}/{node}/kubepods/{level}pod{uid}/{cid}"
-                return Path("/sys/fs/cgroup/cpuacct", rel), Path("/sys/fs/cgroup/memory", rel)
+                # <kubelet's cgroupRoot>/kubepods/[<QoS class>/]pod<uid>/<container ID>
+                root = Path("/sys/fs/cgroup/cpuacct", self.cluster.cgroup_root)
+                found = list(root.glob(f"*/kubepods/**/{cid}"))
+                if found:
+                    rel = found[0].relative_to("/sys/fs/cgroup/cpuacct")
+                    return found[0], Path("/sys/fs/cgroup/memory", rel)
         return None
 
     def _run(self) -> None:
@@ -112,7 +112,7 @@ def _gaps(jobs: Jobs, job: str, launcher: str, worker: str, created: float) -> d
     waiter = "wait-for-workers" if "wait-for-workers" in inits else launcher
     go = jobs.first_line_at(name, waiter, lambda t: bool(re.search(r"all \d+ hosts ready", t)))
     first_rank = jobs.first_line_at(name, launcher, from_a_rank(names))
-    assert go is not None and first_rank is not None
+    assert go is not None and first_rank is not None, jobs.logs(name, launcher)[-3000:]
     return {
         "to_first_rank_s": round(first_rank - created, 1),
         "last_sshd_to_go_s": round(go - last_sshd, 2),

@@ -656,6 +656,15 @@ class Cluster:
         records = [ln.split() for ln in self._ctr(n, "images", "ls").splitlines()[1:]]
         manifests = {Pusher(REGISTRY).manifest(r)[0] for r in refs}
         doomed = [r[0] for r in records if r[2] in manifests]
+        # Exited containers of earlier tests' pods (the kubelet removes them only at its next
+        # garbage collection) still hold the image's snapshots: a pull would fetch nothing.
+        running = {ln.split()[0] for ln in self._ctr(n, "tasks", "ls").splitlines()[1:]}
+        stale = [
+            c[0] for c in (ln.split() for ln in self._ctr(n, "containers", "ls").splitlines()[1:])
+            if c[1] in doomed and c[0] not in running
+        ]  # fmt: skip
+        if stale:
+            self._ctr(n, "containers", "rm", *stale)
         if doomed:
             self._ctr(n, "images", "rm", "--sync", *doomed)
 

@@ -107,8 +107,8 @@ def stamp(text: str) -> float:
 
 def from_a_rank(workers: set[str]) -> Callable[[str], bool]:
     """Whether a launcher's log line was printed by a rank: a worker's host name (``hostname``
-    as the program), or the pi examples' "Workers:" and "Rank ... on host" lines."""
-    return lambda t: t in workers or t.startswith(("Workers:", "Rank "))
+    as the program), or the pi programs' lines ("pi on <host>", or "Workers:", "Rank ...")."""
+    return lambda t: t in workers or t.startswith(("Workers:", "Rank ", "pi on "))
 
 
 def restarts(pod: dict[str, Any]) -> int:
