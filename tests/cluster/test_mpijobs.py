@@ -81,9 +81,14 @@ def test_initcontainer_example_one_worker_late(jobs: Jobs) -> None:
 
 def assert_first_launch_fails(jobs: Jobs, doc: dict[str, Any], container: str) -> None:
     """``doc``'s mpirun (in ``container``) starts before a worker can take it and dies, saying
-    so in ``kubectl logs``; the launcher restarts (the operator's launcher pods restart on
-    failure: CrashLoopBackOff) or, once they give up, the Job counts a failed pod."""
-    job = jobs.create(doc)
+    so in ``kubectl logs`` (``assert_launch_failed``)."""
+    assert_launch_failed(jobs, jobs.create(doc), container)
+
+
+def assert_launch_failed(jobs: Jobs, job: str, container: str) -> dict[str, Any]:
+    """``job``'s mpirun (in ``container``) died, saying so in ``kubectl logs``; the launcher
+    restarts (the operator's launcher pods restart on failure: CrashLoopBackOff) or, once they
+    give up, the Job counts a failed pod. Returns that launcher pod."""
     failure = ("ORTE", "resolve hostname", "daemon")
 
     def mpirun_said_why() -> str:
@@ -97,7 +102,9 @@ def assert_first_launch_fails(jobs: Jobs, doc: dict[str, Any], container: str) -
         return ""
 
     said = jobs.wait_for("mpirun's failure in kubectl logs", mpirun_said_why, timeout=180)
-    assert jobs.wait_for("a failed launch", lambda: _failed_launch(jobs, job), timeout=120), said
+    failed = jobs.wait_for("a failed launch", lambda: _failed_launch(jobs, job), timeout=120)
+    assert isinstance(failed, dict), said
+    return failed
 
 
 def test_initcontainer_example_without_mpiwait_fails_its_first_launch(jobs: Jobs) -> None:
