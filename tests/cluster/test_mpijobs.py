@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import shlex
-import time
 from datetime import datetime
 from typing import Any
 
@@ -307,41 +306,6 @@ def test_worker_replaced_after_it_passed(jobs: Jobs) -> None:
     new = jobs.wait_for("worker 0 replaced", replaced, timeout=90)
     assert new["status"]["podIP"] != old["status"]["podIP"]
     assert_one_clean_launch(jobs, job, [w0, f"{job}-worker-1"], "tensorflow-benchmarks")
-
-
-def test_suspended_then_resumed(jobs: Jobs) -> None:
-    """As Kueue admits a job: created suspended, then resumed. The operator's own gate
-    (WaitForWorkersReady) lets the launcher start before the workers (kubeflow/mpi-operator#615);
-    with mpiwait the same job launches once."""
-    base = hold_back(as_deployed(load_example("initcontainer.yaml")), 1, HELD_BACK)
-    base["spec"]["launcherCreationPolicy"] = "WaitForWorkersReady"
-    base["spec"]["runPolicy"]["suspend"] = True
-    gate_only = without_init(base)
-    gate_only["metadata"]["name"] = "gate-only"
-    with_mpiwait = base
-    with_mpiwait["metadata"]["name"] = "with-mpiwait"
-    for doc in (gate_only, with_mpiwait):
-        jobs.create(doc)
-    time.sleep(3)  # the operator has seen both while suspended
-    for name in ("gate-only", "with-mpiwait"):
-        jobs.patch("mpijob", name, {"spec": {"runPolicy": {"suspend": False}}})
-
-    launcher = jobs.wait_for(
-        "the gate-only launcher failed", lambda: _failed_launch(jobs, "gate-only"), timeout=180
-    )
-    started = launcher["metadata"]["creationTimestamp"]
-    ready_at = []
-    for w in jobs.worker_pods("gate-only"):
-        for c in w["status"].get("conditions", []):
-            if c["type"] == "Ready" and c["status"] == "True":
-                ready_at.append(c["lastTransitionTime"])
-    # The launcher pod existed before the last worker was Ready (or before any was).
-    assert len(ready_at) < 2 or started < max(ready_at), (started, ready_at)
-
-    assert_one_clean_launch(
-        jobs, "with-mpiwait", ["with-mpiwait-worker-0", "with-mpiwait-worker-1"],
-        "tensorflow-benchmarks",
-    )  # fmt: skip
 
 
 def test_list_ready_follows_discover_hosts_as_the_kubelet_updates_it(jobs: Jobs) -> None:
