@@ -31,8 +31,9 @@ STOP = pytest.StashKey[Callable[[], None]]()
 def cluster(
     tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Iterator[Cluster]:
-    """The cluster as CONTRIBUTING brings it up by hand: ``scripts/cluster up --trainer`` (with
-    JobSet and Kubeflow Trainer for tests/cluster/test_trainer.py), stopped as by
+    """The cluster as CONTRIBUTING brings it up by hand: ``scripts/cluster up --trainer
+    --kueue`` (with JobSet and Kubeflow Trainer for tests/cluster/test_trainer.py, Kueue for
+    tests/cluster/test_kueue.py), stopped as by
     Ctrl-C (SIGTERM), which must leave nothing behind. One for the whole tier (a start costs
     over a minute), stopped once the tier's last test is done (``pytest_runtest_teardown``
     below), not at the session's end: the rest of the suite runs without it."""
@@ -43,7 +44,7 @@ def cluster(
     log = work / "scripts-cluster.log"
     with open(log, "wb") as out:
         proc = subprocess.Popen(
-            [str(REPO / "scripts/cluster"), "up", "--trainer", "--workdir", str(work),
+            [str(REPO / "scripts/cluster"), "up", "--trainer", "--kueue", "--workdir", str(work),
              "--ready-file", str(ready)],
             stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         )  # fmt: skip
@@ -69,7 +70,7 @@ def cluster(
                 said = host.last_line(log.read_text(errors="replace"))  # scripts/cluster's why
                 pytest.fail(f"scripts/cluster up did not come up: {said} (its log: {log})")
             time.sleep(0.5)
-        yield Cluster(work / "cluster", bins, trainer=True)
+        yield Cluster(work / "cluster", bins, trainer=True, kueue=True)
     finally:
         stop()
 

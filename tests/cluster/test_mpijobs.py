@@ -86,9 +86,14 @@ def test_initcontainer_example_one_worker_late(jobs: Jobs) -> None:
 
 def assert_first_launch_fails(jobs: Jobs, doc: dict[str, Any], container: str) -> None:
     """``doc``'s mpirun (in ``container``) starts before a worker can take it and dies, saying
-    so in ``kubectl logs``; the launcher restarts (the operator's launcher pods restart on
-    failure: CrashLoopBackOff) or, once they give up, the Job counts a failed pod."""
-    job = jobs.create(doc)
+    so in ``kubectl logs`` (``assert_launch_failed``)."""
+    assert_launch_failed(jobs, jobs.create(doc), container)
+
+
+def assert_launch_failed(jobs: Jobs, job: str, container: str) -> dict[str, Any]:
+    """``job``'s mpirun (in ``container``) died, saying so in ``kubectl logs``; the launcher
+    restarts (the operator's launcher pods restart on failure: CrashLoopBackOff) or, once they
+    give up, the Job counts a failed pod. Returns that launcher pod."""
     failure = ("ORTE", "resolve hostname", "daemon")
 
     def mpirun_said_why() -> str:
@@ -102,7 +107,9 @@ def assert_first_launch_fails(jobs: Jobs, doc: dict[str, Any], container: str) -
         return ""
 
     said = jobs.wait_for("mpirun's failure in kubectl logs", mpirun_said_why, timeout=180)
-    assert jobs.wait_for("a failed launch", lambda: _failed_launch(jobs, job), timeout=120), said
+    failed = jobs.wait_for("a failed launch", lambda: _failed_launch(jobs, job), timeout=120)
+    assert isinstance(failed, dict), said
+    return failed
 
 
 def test_initcontainer_example_without_mpiwait_fails_its_first_launch(jobs: Jobs) -> None:
@@ -322,41 +329,6 @@ def test_worker_replaced_after_it_passed(jobs: Jobs) -> None:
     after = log[lost.end() :]
     assert re.search(rf"ready \({re.escape(w1)}\.", after), log  # lost before the last arrived
     assert re.search(rf"ready \({re.escape(w0)}\.", after), log  # the new pod, waited for
-
-
-def test_suspended_then_resumed(jobs: Jobs) -> None:
-    """As Kueue admits a job: created suspended, then resumed. The operator's own gate
-    (WaitForWorkersReady) lets the launcher start before the workers (kubeflow/mpi-operator#615);
-    with mpiwait the same job launches once."""
-    base = hold_back(as_deployed(load_example("initcontainer.yaml")), 1, HELD_BACK)
-    base["spec"]["launcherCreationPolicy"] = "WaitForWorkersReady"
-    base["spec"]["runPolicy"]["suspend"] = True
-    gate_only = without_init(base)
-    gate_only["metadata"]["name"] = "gate-only"
-    with_mpiwait = base
-    with_mpiwait["metadata"]["name"] = "with-mpiwait"
-    for doc in (gate_only, with_mpiwait):
-        jobs.create(doc)
-    time.sleep(3)  # the operator has seen both while suspended
-    for name in ("gate-only", "with-mpiwait"):
-        jobs.patch("mpijob", name, {"spec": {"runPolicy": {"suspend": False}}})
-
-    launcher = jobs.wait_for(
-        "the gate-only launcher failed", lambda: _failed_launch(jobs, "gate-only"), timeout=180
-    )
-    started = launcher["metadata"]["creationTimestamp"]
-    ready_at = []
-    for w in jobs.worker_pods("gate-only"):
-        for c in w["status"].get("conditions", []):
-            if c["type"] == "Ready" and c["status"] == "True":
-                ready_at.append(c["lastTransitionTime"])
-    # The launcher pod existed before the last worker was Ready (or before any was).
-    assert len(ready_at) < 2 or started < max(ready_at), (started, ready_at)
-
-    assert_one_clean_launch(
-        jobs, "with-mpiwait", ["with-mpiwait-worker-0", "with-mpiwait-worker-1"],
-        "tensorflow-benchmarks",
-    )  # fmt: skip
 
 
 def test_list_ready_follows_discover_hosts_as_the_kubelet_updates_it(jobs: Jobs) -> None:

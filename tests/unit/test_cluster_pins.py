@@ -18,6 +18,7 @@ GO = {  # pin name -> (module directory, the module it requires)
     "mpi-operator": ("mpi-operator", "github.com/kubeflow/mpi-operator"),
     "jobset": ("jobset", "sigs.k8s.io/jobset"),
     "trainer": ("trainer", "github.com/kubeflow/trainer/v2"),
+    "kueue": ("kueue", "sigs.k8s.io/kueue"),
     "registry": ("registry", "github.com/distribution/distribution/v3"),
 }
 

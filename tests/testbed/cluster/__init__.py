@@ -9,8 +9,9 @@ plane's address; and for each node (node.py), in a network namespace of its own:
 (iptables mode: pods reach CoreDNS through the kube-dns Service, 10.96.0.10). Node 1 is the
 launchers' (label ``mpiwait.test/role=launcher``), the others the workers'. With
 ``trainer=True`` (or ``start_trainer()`` once started) also JobSet v0.11.1 and Kubeflow Trainer
-v2.2.0: their CRDs and webhooks as upstream's manifests have them, the controllers as upstream
-builds them, their webhook servers on the control plane's address. The binaries are built from
+v2.2.0, and with ``kueue=True`` (or ``start_kueue()``) Kueue v0.17.0 admitting MPIJobs: their
+CRDs and webhooks as upstream's manifests have them, the controllers as upstream builds them,
+their webhook servers on the control plane's address. The binaries are built from
 upstream's Go modules by scripts/build-cluster (``bin_dir()``); the pin table is
 tests/testbed/cluster/PINS.
 
@@ -75,10 +76,10 @@ CGROUP_V1 = Path("/sys/fs/cgroup")
 ETCD_PORT, ETCD_PEER = 23790, 23800
 NODES = 3  # the tier's: the launcher's node and two for the workers
 RELOAD = "2s"  # CoreDNS's reload plugin: how often it checks its Corefile (minimum 2 s)
-# JobSet's and Trainer's webhook servers (both 9443 upstream, each in its own pod) and health
-# endpoints, on the host: one address, so two ports.
-JOBSET_WEBHOOK, TRAINER_WEBHOOK = 9443, 9444
-JOBSET_HEALTH, TRAINER_HEALTH = 18081, 18082
+# JobSet's, Trainer's and Kueue's webhook servers (all 9443 upstream, each in its own pod) and
+# health endpoints, on the host: one address, so a port each.
+JOBSET_WEBHOOK, TRAINER_WEBHOOK, KUEUE_WEBHOOK = 9443, 9444, 9445
+JOBSET_HEALTH, TRAINER_HEALTH, KUEUE_HEALTH = 18081, 18082, 18083
 CERT_DIR = Path("/tmp/k8s-webhook-server")  # + /serving-certs: JobSet's and Trainer's, hard-coded
 # One cluster at a time on a host (the bridge, its subnet and the ports are fixed): a second one
 # waits for this lock instead of failing on an address in use.
@@ -211,12 +212,13 @@ class Cluster:
 
     def __init__(
         self, workdir: Path, bins: Path, dns: str = "kubeadm", trainer: bool = False,
-        nodes: int = NODES, registry_storage: Path | None = None,
+        kueue: bool = False, nodes: int = NODES, registry_storage: Path | None = None,
     ) -> None:  # fmt: skip
         self.workdir = workdir
         self.bins = bins
         self.dns = dns
         self.trainer = trainer
+        self.kueue = kueue
         self.nodes = nodes_.nodes(nodes)
         self.registry_storage = registry_storage or workdir / "registry"
         self.tag = f"{CLUSTER_PREFIX}{b36(os.getpid())}-{id(self):x}"
@@ -357,6 +359,8 @@ class Cluster:
         ])  # fmt: skip
         if self.trainer:
             self.start_trainer()
+        if self.kueue:
+            self.start_kueue()
         self._wait("the nodes", lambda: self.kubectl(
             "get", "nodes", "-o",
             "jsonpath={.items[*].status.conditions[?(@.type=='Ready')].status}", check=False,
@@ -366,72 +370,29 @@ class Cluster:
             "get", "serviceaccount", "default", check=False).returncode == 0, 60)  # fmt: skip
 
     def start_trainer(self) -> None:
-        """JobSet and Kubeflow Trainer v2 as upstream's manifests install them, but run here: their
-        CRDs, namespaces, Secrets and webhook configurations as shipped; each webhook's Service
-        without selector, its EndpointSlice naming the node's address; each controller with the
-        admin kubeconfig, its own cert rotator (which fills the Secret and the configurations'
-        caBundle for <service>.<namespace>.svc, the name the apiserver checks) and a private
-        ``CERT_DIR`` (both write their certificates below it, a path they hard-code)."""
+        """JobSet and Kubeflow Trainer v2 as upstream's manifests install them, but run here
+        (``_install_for_host``); each controller with the admin kubeconfig, its own cert rotator
+        (which fills the Secret and the configurations' caBundle for <service>.<namespace>.svc,
+        the name the apiserver checks) and a private ``CERT_DIR`` (both write their
+        certificates below it, a path they hard-code)."""
         self.trainer = True
-        docs: list[dict[str, Any]] = []
         # Trainer's base leaves namespaces to its overlay: kubeflow-system, as the overlay sets.
-        for name, ns in (("jobset-manifests.yaml", "jobset-system"),
-                         ("trainer-manifests.yaml", "kubeflow-system")):  # fmt: skip
-            out = self.kubectl("create", "--dry-run=client", "--validate=false", "-o", "json",
-                               "-n", ns, "-f", str(self.bins / name)).stdout  # fmt: skip
-            at = 0  # one JSON object per document, one after the other
-            while out[at:].strip():
-                doc, at = json.JSONDecoder().raw_decode(out, len(out) - len(out[at:].lstrip()))
-                docs += doc["items"] if doc.get("kind") == "List" else [doc]
-        hooks = [d for d in docs if d["kind"].endswith("WebhookConfiguration")]
-        for d in hooks:  # Trainer's base leaves the namespace to its overlay (kubeflow-system)
-            for w in d["webhooks"]:
-                svc = w["clientConfig"]["service"]
-                if svc["namespace"] == "system":
-                    svc["namespace"] = "kubeflow-system"
-        services = {
-            (w["clientConfig"]["service"]["namespace"], w["clientConfig"]["service"]["name"])
-            for d in hooks for w in d["webhooks"]
-        }  # fmt: skip
-        ports = {"jobset-system": JOBSET_WEBHOOK, "kubeflow-system": TRAINER_WEBHOOK}
-        objs: list[dict[str, Any]] = [
+        docs = self._manifests("jobset-manifests.yaml", "jobset-system") + self._manifests(
+            "trainer-manifests.yaml", "kubeflow-system"
+        )
+        for d in docs:
+            if d["kind"].endswith("WebhookConfiguration"):
+                for w in d["webhooks"]:
+                    svc = w["clientConfig"]["service"]
+                    if svc["namespace"] == "system":
+                        svc["namespace"] = "kubeflow-system"
+        self._install_for_host([
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kubeflow-system"}},
             # The Trainer overlay's secretGenerator: the rotator fills a Secret, never makes one.
             {"apiVersion": "v1", "kind": "Secret", "metadata": {
                 "name": "kubeflow-trainer-webhook-cert", "namespace": "kubeflow-system"}},
-        ]  # fmt: skip
-        for d in docs:
-            kind, meta = d["kind"], d["metadata"]
-            if kind == "Service":
-                ns = meta["namespace"]
-                if (ns, meta["name"]) not in services:
-                    continue  # the metrics Service: nothing scrapes here
-                d["spec"].pop("selector", None)  # no pod behind it: the EndpointSlice below
-                port = next(p for p in d["spec"]["ports"] if p["port"] == 443)
-                objs.append({
-                    "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-                    "metadata": {"name": f"{meta['name']}-host", "namespace": ns, "labels": {
-                        "kubernetes.io/service-name": meta["name"],
-                        "endpointslice.kubernetes.io/managed-by": "mpiwait-tests"}},
-                    "addressType": "IPv4",
-                    "ports": [{"name": port.get("name", ""), "port": ports[ns],
-                               "protocol": "TCP"}],
-                    "endpoints": [{"addresses": [CONTROL_IP], "conditions": {"ready": True}}],
-                })  # fmt: skip
-            elif kind not in ("Namespace", "CustomResourceDefinition", "Secret") and (
-                not kind.endswith("WebhookConfiguration")
-            ):
-                continue  # the Deployment, RBAC (the controllers use the admin kubeconfig)
-            objs.insert(0 if kind == "Namespace" else len(objs), d)
-        self.kubectl("create", "-f", "-", input=json.dumps({
-            "apiVersion": "v1", "kind": "List",
-            "items": sorted(objs, key=lambda o: o["kind"] != "Namespace")}))  # fmt: skip
-        for crd in ("jobsets.jobset.x-k8s.io", "trainjobs.trainer.kubeflow.org",
-                    "trainingruntimes.trainer.kubeflow.org"):  # fmt: skip
-            self._wait(f"the CRD {crd}", lambda crd=crd: self.kubectl(
-                "get", "crd", crd, "-o",
-                "jsonpath={.status.conditions[?(@.type=='Established')].status}", check=False,
-            ).stdout == "True", 60)  # fmt: skip
+            *docs,
+        ], {"jobset-system": JOBSET_WEBHOOK, "kubeflow-system": TRAINER_WEBHOOK})  # fmt: skip
         jobset = self._write("jobset-config.json", json.dumps({
             "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
             "leaderElection": {"leaderElect": False},
@@ -471,19 +432,119 @@ class Cluster:
                 str(self._cert_dir(name)), str(self.bins / "bin" / binary), f"--config={config}",
                 f"--kubeconfig={self.kubeconfig}",
             ], bins=False)  # fmt: skip
-        secrets_ = {"jobset": ("jobset-system", "jobset-webhook-server-cert", JOBSET_HEALTH),
-                    "trainer": ("kubeflow-system", "kubeflow-trainer-webhook-cert",
-                                TRAINER_HEALTH)}  # fmt: skip
+        self._wait_webhooks("JobSet's and Trainer's webhooks", {
+            "jobset": ("jobset-system", "jobset-webhook-server-cert", JOBSET_HEALTH),
+            "trainer": ("kubeflow-system", "kubeflow-trainer-webhook-cert", TRAINER_HEALTH),
+        })  # fmt: skip
+
+    def start_kueue(self) -> None:
+        """Kueue as upstream's manifests install it, but run here (``_install_for_host``), with
+        the ``kubeflow.org/mpijob`` and ``batch/job`` integrations and
+        ``manageJobsWithoutQueueName: false`` (jobs without the ``kueue.x-k8s.io/queue-name``
+        label run as without Kueue); the
+        manager with the admin kubeconfig and its internal cert management, its webhook on the
+        control plane's address. Its visibility API (an aggregated apiserver, served by the
+        manager) is off and its APIServices not installed: one nobody answered would stall
+        discovery, and with it namespace deletion."""
+        self.kueue = True
+        self._install_for_host(self._manifests("kueue-manifests.yaml"),
+                               {"kueue-system": KUEUE_WEBHOOK})  # fmt: skip
+        config = self._write("kueue-config.json", json.dumps({
+            "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+            "namespace": "kueue-system",
+            "manageJobsWithoutQueueName": False,
+            # batch/job too, as Kueue's default has it: its Job webhook is registered either
+            # way, and without the integration it panics on every Job (the launchers' too).
+            "integrations": {"frameworks": ["batch/job", "kubeflow.org/mpijob"]},
+            "featureGates": {"VisibilityOnDemand": False},
+            "internalCertManagement": {"enable": True,
+                                       "webhookServiceName": "kueue-webhook-service",
+                                       "webhookSecretName": "kueue-webhook-server-cert"},
+            # Its cert dir is configurable: no private mount namespace, unlike JobSet's.
+            "webhook": {"port": KUEUE_WEBHOOK, "host": CONTROL_IP,
+                        "certDir": str(self._cert_dir("kueue"))},
+            "leaderElection": {"leaderElect": False},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": f"127.0.0.1:{KUEUE_HEALTH}"},
+            "clientConnection": {"qps": 50, "burst": 100},
+        }))  # fmt: skip
+        self._spawn("kueue", ["kueue", f"--config={config}", f"--kubeconfig={self.kubeconfig}"])
+        self._wait_webhooks("Kueue's webhooks", {
+            "kueue": ("kueue-system", "kueue-webhook-server-cert", KUEUE_HEALTH),
+        })  # fmt: skip
+
+    def _manifests(self, name: str, namespace: str | None = None) -> list[dict[str, Any]]:
+        """The objects of scripts/build-cluster's ``name`` (kustomized upstream manifests),
+        those without a namespace given ``namespace``."""
+        ns = ["-n", namespace] if namespace else []
+        out = self.kubectl("create", "--dry-run=client", "--validate=false", "-o", "json", *ns,
+                           "-f", str(self.bins / name)).stdout  # fmt: skip
+        docs: list[dict[str, Any]] = []
+        at = 0  # one JSON object per document, one after the other
+        while out[at:].strip():
+            doc, at = json.JSONDecoder().raw_decode(out, len(out) - len(out[at:].lstrip()))
+            docs += doc["items"] if doc.get("kind") == "List" else [doc]
+        return docs
+
+    def _install_for_host(self, docs: list[dict[str, Any]], ports: dict[str, int]) -> None:
+        """Create what of ``docs`` a controller run on the host needs: namespaces, CRDs, Secrets
+        and webhook configurations as shipped, and each webhook's Service (admission and CRD
+        conversion) without selector, its EndpointSlice naming the control plane's address at
+        ``ports[namespace]``; then wait for the CRDs. The rest (Deployments, RBAC, ConfigMaps,
+        APIServices, metrics Services) is left out: the controllers run here, with the admin
+        kubeconfig and configurations of ours."""
+        refs = [w["clientConfig"] for d in docs if d["kind"].endswith("WebhookConfiguration")
+                for w in d["webhooks"]]  # fmt: skip
+        refs += [
+            d["spec"]["conversion"]["webhook"]["clientConfig"] for d in docs
+            if d["kind"] == "CustomResourceDefinition"
+            and d["spec"].get("conversion", {}).get("strategy") == "Webhook"
+        ]  # fmt: skip
+        services = {(r["service"]["namespace"], r["service"]["name"]) for r in refs}
+        objs: list[dict[str, Any]] = []
+        for d in docs:
+            kind, meta = d["kind"], d["metadata"]
+            if kind == "Service":
+                ns = meta["namespace"]
+                if (ns, meta["name"]) not in services:
+                    continue  # a metrics Service: nothing scrapes here
+                d["spec"].pop("selector", None)  # no pod behind it: the EndpointSlice below
+                port = next(p for p in d["spec"]["ports"] if p["port"] == 443)
+                objs.append({
+                    "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                    "metadata": {"name": f"{meta['name']}-host", "namespace": ns, "labels": {
+                        "kubernetes.io/service-name": meta["name"],
+                        "endpointslice.kubernetes.io/managed-by": "mpiwait-tests"}},
+                    "addressType": "IPv4",
+                    "ports": [{"name": port.get("name", ""), "port": ports[ns],
+                               "protocol": "TCP"}],
+                    "endpoints": [{"addresses": [CONTROL_IP], "conditions": {"ready": True}}],
+                })  # fmt: skip
+            elif kind not in ("Namespace", "CustomResourceDefinition", "Secret") and (
+                not kind.endswith("WebhookConfiguration")
+            ):
+                continue
+            objs.append(d)
+        self.kubectl("create", "-f", "-", input=json.dumps({
+            "apiVersion": "v1", "kind": "List",
+            "items": sorted(objs, key=lambda o: o["kind"] != "Namespace")}))  # fmt: skip
+        crds = [f"crd/{o['metadata']['name']}" for o in objs
+                if o["kind"] == "CustomResourceDefinition"]  # fmt: skip
+        self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds, timeout=90)
+
+    def _wait_webhooks(self, what: str, controllers: dict[str, tuple[str, str, int]]) -> None:
+        """Wait until each controller (name: its Secret's namespace and name, its health port)
+        says ready, playing the kubelet's part for its cert dir meanwhile (``_sync_certs``)."""
 
         def ready() -> bool:
             up = True
-            for name, (ns, secret, port) in secrets_.items():
+            for name, (ns, secret, port) in controllers.items():
                 self._sync_certs(ns, secret, self._cert_dir(name))
                 up = _http_ok(f"http://127.0.0.1:{port}/readyz") and up
             return up
 
-        self._wait("JobSet's and Trainer's webhooks", ready, 180)
-        for name, (ns, secret, _) in secrets_.items():  # in case a rotator rewrote it meanwhile
+        self._wait(what, ready, 180)
+        for name, (ns, secret, _) in controllers.items():  # in case a rotator rewrote it
             self._sync_certs(ns, secret, self._cert_dir(name))
 
     def _cert_dir(self, name: str) -> Path:

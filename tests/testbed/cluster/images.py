@@ -189,12 +189,17 @@ def registry_storage() -> Path:
 
 @contextlib.contextmanager
 def cluster_with_images(
-    work: Path, dns: str = "kubeadm", trainer: bool = False, nodes: int = NODES
+    work: Path,
+    dns: str = "kubeadm",
+    trainer: bool = False,
+    kueue: bool = False,
+    nodes: int = NODES,
 ) -> Iterator[Cluster]:
     """Build what is not built (scripts/build-cluster, the images), start a Cluster of ``nodes``
     in ``work``/cluster, push the images into its registry and give every node every image
     (and, with ``trainer``, start JobSet and Kubeflow Trainer meanwhile:
-    ``Cluster.start_trainer``); stopped on leaving."""
+    ``Cluster.start_trainer``; with ``kueue``, Kueue: ``Cluster.start_kueue``); stopped on
+    leaving."""
     bins = bin_dir()
     t0 = time.monotonic()
     with containers.Engine(work / "engine") as engine:
@@ -222,6 +227,10 @@ def cluster_with_images(
                 t0 = time.monotonic()
                 c.start_trainer()
                 c.timings["JobSet and Trainer started"] = time.monotonic() - t0
+            if kueue:
+                t0 = time.monotonic()
+                c.start_kueue()
+                c.timings["Kueue started"] = time.monotonic() - t0
             loading.result()
         yield c
     finally:
