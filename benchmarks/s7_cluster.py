@@ -93,11 +93,7 @@ def measure(
     f = form(gate)
     worker_pods = jobs.worker_pods(name)
     names = {p["metadata"]["name"] for p in worker_pods}
-    listening = [
-        jobs.first_line_at(w, f.worker, lambda t: "Server listening" in t) for w in sorted(names)
-    ]
-    heard = [t for t in listening if t is not None]
-    last_sshd = max(heard) if heard and len(heard) == len(listening) else None
+    last_sshd = jobs.last_sshd_at(names, f.worker)
     ref = images.registry_ref(load_example(f.example)["spec"]["mpiReplicaSpecs"]["Worker"][
         "template"]["spec"]["containers"][0]["image"])  # fmt: skip
     pulled = [p.seconds for w in sorted(names) for p in pulls(jobs, w) if p.image == ref]

@@ -23,6 +23,7 @@ from testbed.cluster.mpijob import (
     hold_back,
     load_example,
     restarts,
+    stamp,
     terminations,
     without_entrypoint,
     without_init,
@@ -305,7 +306,7 @@ def test_worker_replaced_after_it_passed(jobs: Jobs) -> None:
     def w1_sleeping() -> float | None:
         for s in jobs.get("pod", w1)["status"].get("initContainerStatuses", []):
             if s["name"] == LATE_START and "running" in s["state"]:
-                return _at(s["state"]["running"]["startedAt"]).timestamp()
+                return stamp(s["state"]["running"]["startedAt"])
         return None
 
     jobs.wait_for("worker 0 passed", w0_passed, timeout=120)

@@ -6,7 +6,8 @@ log in to workers, mpi-operator #501), and MPICH's hydra starts 65 proxies.
 Each run also records what it cost (printed, and in the JUnit XML as properties): time to the
 first rank, the gap from the last worker's sshd listening to mpiwait's go and to the first rank,
 and for the initContainer form the DNS queries per worker that CoreDNS logged from the
-launcher pod's address (mpiwait's wait and mpirun's start). docs/performance.md quotes them, naming the run."""
+launcher pod's address (mpiwait's wait and mpirun's start). docs/performance.md quotes them,
+naming the run."""
 
 from __future__ import annotations
 
@@ -48,11 +49,8 @@ def _job_pulling_late(jobs: Jobs, pulled: list[str]) -> Iterator[Any]:
 def _gaps(jobs: Jobs, job: str, launcher: str, worker: str, created: float) -> dict[str, float]:
     pods = jobs.worker_pods(job)
     names = {p["metadata"]["name"] for p in pods}
-    listening = [
-        jobs.first_line_at(w, worker, lambda t: "Server listening" in t) for w in sorted(names)
-    ]
-    assert None not in listening, listening
-    last_sshd = max(t for t in listening if t is not None)
+    last_sshd = jobs.last_sshd_at(names, worker)
+    assert last_sshd is not None, "a worker's sshd never said it listens"
     (pod,) = jobs.launcher_pods(job)
     name = pod["metadata"]["name"]
     inits = [c["name"] for c in pod["spec"].get("initContainers", [])]

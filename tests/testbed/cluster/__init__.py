@@ -741,9 +741,6 @@ class Cluster:
                     missing[layer["digest"]] = layer["size"]
         return sum(missing.values())
 
-    def images(self, n: Node) -> list[str]:
-        return self._ctr(n, "images", "ls", "-q").split()
-
     def shape(self, n: Node, mbit: float | None) -> None:
         """What ``n`` receives (pulls among it) limited to ``mbit`` Mbit/s, or unlimited."""
         if mbit is None:

@@ -264,6 +264,16 @@ class Jobs:
                 return stamp(at)
         return None
 
+    def last_sshd_at(self, workers: set[str], container: str) -> float | None:
+        """When the last of ``workers``' sshds said "Server listening" (the kubelet's time), or
+        None if one of them has not."""
+        said = [
+            self.first_line_at(w, container, lambda t: "Server listening" in t)
+            for w in sorted(workers)
+        ]
+        heard = [t for t in said if t is not None]
+        return max(heard) if heard and len(heard) == len(said) else None
+
     def describe(self, job: str) -> str:
         out = [self.kubectl("get", "mpijob,job,pods", "-o", "wide", check=False).stdout]
         for pod in self.launcher_pods(job):

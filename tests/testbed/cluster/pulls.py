@@ -8,10 +8,9 @@ import contextlib
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 
 from . import Cluster, images
-from .mpijob import Jobs
+from .mpijob import Jobs, stamp
 from .node import Node
 
 PULL_SECONDS = 25  # the issue's worker pull: a real 20-30 s
@@ -46,7 +45,7 @@ def pulling(
 class Pull:
     image: str
     seconds: float | None  # None: "already present on machine"
-    at: float  # when the kubelet said it (the event's time, to the second), Unix time
+    at: float  # when the kubelet said it (the event's time), Unix time
 
 
 def pulls(jobs: Jobs, pod: str) -> list[Pull]:
@@ -57,8 +56,7 @@ def pulls(jobs: Jobs, pod: str) -> list[Pull]:
         msg = e.get("message", "")
         if e.get("reason") != "Pulled":
             continue
-        stamp = (e.get("lastTimestamp") or e.get("eventTime"))[:19]
-        at = datetime.fromisoformat(stamp).replace(tzinfo=timezone.utc).timestamp()
+        at = stamp(e.get("lastTimestamp") or e.get("eventTime"))
         took = re.search(r'Successfully pulled image "([^"]+)" in ([\d.]+)(ms|s)', msg)
         present = re.search(r'image "([^"]+)" already present on machine', msg)
         if took:
