@@ -5,9 +5,11 @@ log in to workers, mpi-operator #501), and MPICH's hydra starts 65 proxies.
 
 Each run also records what it cost (printed, and in the JUnit XML as properties): time to the
 first rank, the gap from the last worker's sshd listening to mpiwait's go and to the first rank,
-and for the initContainer form the DNS queries per worker that CoreDNS logged from the
-launcher pod's address (mpiwait's wait and mpirun's start). docs/performance.md quotes them,
-naming the run."""
+mpiwait's CPU time and peak memory (testbed.cluster.usage), and the DNS queries per worker that
+CoreDNS logged for the job's names while mpiwait ran (only mpiwait resolves them then: the
+workers' sshd resolve nothing, and mpirun has not started); for the initContainer form also
+those from the launcher pod's address over its whole life (mpiwait's wait and mpirun's start).
+docs/performance.md quotes them, naming the run."""
 
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from test_mpijobs import assert_one_clean_launch
 from testbed.cluster import images
 from testbed.cluster.mpijob import Jobs, as_deployed, from_a_rank, load_example, restarts, scaled
 from testbed.cluster.pulls import PULL_SECONDS, pulling, pulls
+from testbed.cluster.usage import Watch
 
 WORKERS = 65  # Open MPI 4 spawns through the workers above 64 daemons
 TIMEOUT = 600
@@ -38,12 +41,17 @@ def at_scale(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 @contextmanager
-def _job_pulling_late(jobs: Jobs, pulled: list[str]) -> Iterator[Any]:
+def _job_pulling_late(jobs: Jobs, pulled: list[str]) -> Iterator[tuple[Any, Watch]]:
     """The last worker node lacks ``pulled`` and fetches them over a link shaped to take
-    ``PULL_SECONDS``; the launcher's node and the other worker node have them."""
+    ``PULL_SECONDS``; the launcher's node and the other worker node have them. Yields that node
+    and a watch of the launcher's mpiwait, counting the DNS queries for the job's names."""
     late = jobs.cluster.node_of("worker")[-1]
-    with pulling(jobs.cluster, [late], pulled):
-        yield late
+    names = f".{jobs.ns}.svc."
+    with (
+        pulling(jobs.cluster, [late], pulled),
+        Watch(counter=lambda: jobs.cluster.dns_queries_for(names)) as watch,
+    ):
+        yield late, watch
 
 
 def _gaps(jobs: Jobs, job: str, launcher: str, worker: str, created: float) -> dict[str, float]:
@@ -76,6 +84,16 @@ def _late_workers(jobs: Jobs, job: str, late_node: str, ref: str) -> int:
     return len(late)
 
 
+def _cost(watch: Watch) -> dict[str, float]:
+    usage = watch.usage()
+    assert usage is not None and usage.counted is not None, "mpiwait was never seen running"
+    return {
+        "mpiwait_cpu_s": round(usage.cpu_seconds, 2),
+        "mpiwait_peak_rss_mib": round(usage.peak_rss_mib, 1),
+        "mpiwait_dns_queries_per_worker": round(usage.counted / WORKERS, 1),
+    }
+
+
 def _report(record: Callable[[str, object], None], what: str, figures: dict[str, Any]) -> None:
     for k, v in figures.items():
         record(k, v)
@@ -88,10 +106,9 @@ def test_openmpi4_65_workers_tree_spawn_one_node_pulling(
     """initcontainer.yaml with 65 workers (Open MPI 4: 65 daemons, spawned as a tree)."""
     doc = at_scale(as_deployed(load_example("initcontainer.yaml")))
     ref = images.registry_ref("mpioperator/tensorflow-benchmarks:latest")
-    with _job_pulling_late(jobs, [images.OPENMPI]) as late:
+    with _job_pulling_late(jobs, [images.OPENMPI]) as (late, watch):
         created = time.time()
         job = jobs.create(doc)
-
         workers = [f"{job}-worker-{i}" for i in range(WORKERS)]
         out = assert_one_clean_launch(jobs, job, workers, "tensorflow-benchmarks", TIMEOUT)
         lines = out.splitlines()
@@ -105,8 +122,9 @@ def test_openmpi4_65_workers_tree_spawn_one_node_pulling(
     figures = _gaps(jobs, job, "tensorflow-benchmarks", "tensorflow-benchmarks", created)
     figures |= {
         "workers": WORKERS, "late_workers": late_workers,
-        "dns_queries_per_worker": round(queries / WORKERS, 1),
+        "launcher_pod_dns_queries_per_worker": round(queries / WORKERS, 1),
     }  # fmt: skip
+    figures |= _cost(watch)
     _report(record_property, "openmpi4 65 workers", figures)
 
 
@@ -116,7 +134,7 @@ def test_mpich_hydra_65_workers_one_node_pulling(
     """entrypoint.yaml (MPICH, mpiwait the image's ENTRYPOINT) with 65 workers."""
     doc = at_scale(as_deployed(load_example("entrypoint.yaml")))
     ref = images.registry_ref("ghcr.io/mpiwait/pi-mpich-mpiwait:0.1.0")
-    with _job_pulling_late(jobs, [images.PI_MPIWAIT, images.MPICH_PI]) as late:
+    with _job_pulling_late(jobs, [images.PI_MPIWAIT, images.MPICH_PI]) as (late, watch):
         created = time.time()
         job = jobs.create(doc)
         workers = [f"{job}-worker-{i}" for i in range(WORKERS)]
@@ -124,5 +142,5 @@ def test_mpich_hydra_65_workers_one_node_pulling(
         late_workers = _late_workers(jobs, job, late.name, ref)
     assert 0 < late_workers < WORKERS
     figures = _gaps(jobs, job, "mpi-launcher", "mpi-worker", created)
-    figures |= {"workers": WORKERS, "late_workers": late_workers}
+    figures |= {"workers": WORKERS, "late_workers": late_workers} | _cost(watch)
     _report(record_property, "mpich 65 workers", figures)

@@ -65,7 +65,7 @@ Housekeeping: missing_requirements(flavour), cleanup_stale(), bed_names(prefix),
     unnamed_uid() (a uid with no passwd entry), BedError, ENV_TAG, STATE_ROOT, SSHD. Submodules
     ``containers`` (a private dockerd and Debian base images: Engine), ``releases`` (Debian's
     OpenSSH releases in cached debootstrap roots, run under chroot: openssh_root(suite),
-    Release(suite).ssh(...); trixie's root has its sshd too), ``cluster`` (a real single-node
+    Release(suite).ssh(...); trixie's root has its sshd too), ``cluster`` (a real three-node
     Kubernetes with mpi-operator, built by scripts/build-cluster: Cluster; ``cluster.images``
     builds and imports the tier's images, ``cluster.mpijob`` runs the examples as MPIJobs in a
     namespace of a test's own: Jobs), ``pythons`` (a Debian root with another Python) and

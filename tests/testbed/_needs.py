@@ -315,7 +315,7 @@ def _table() -> dict[str, Need]:
         ),
         Need(
             "cluster",
-            "a single-node Kubernetes with mpi-operator (testbed.cluster)",
+            "a three-node Kubernetes with mpi-operator (testbed.cluster)",
             _cluster_built,
             Install("script", "scripts/build-cluster"),
             requires=("root", "cluster-host", "containers", "ctr", "openssl", "cni-plugins", "ip"),

@@ -815,6 +815,14 @@ class Cluster:
         """How many queries CoreDNS has logged from ``address`` (a pod's IP) so far."""
         return self.log("coredns").count(f"] {address}:")
 
+    def dns_queries_for(self, part: str) -> int:
+        """How many queries CoreDNS has logged so far for names containing ``part``."""
+        return sum(
+            part in line.partition('"')[2].partition('"')[0]
+            for line in self.log("coredns").splitlines()
+            if line.startswith("[INFO] ")
+        )
+
     def log(self, component: str) -> str:
         path = self.logs / f"{component}.log"
         return path.read_text(errors="replace") if path.exists() else ""
