@@ -615,6 +615,28 @@ def _check_mpijob(example: str, job: dict[str, Any]) -> None:
         assert not own & {"mpi-job-config", "ssh-auth"}, f"{example} {rname}: declares {own}"
         for c in pod["containers"]:
             assert "K_MPI_JOB_ROLE" not in _env_list(c), f"{example}: the operator sets it"
+            if rname == "Worker":
+                _check_no_late_readiness(f"{example} {c['name']}", c.get("readinessProbe"))
+
+
+def _check_no_late_readiness(where: str, probe: dict[str, Any] | None) -> None:
+    """A worker's name resolves only once its pod is Ready: a probe that passes only a period
+    after sshd listens holds mpiwait's go back by that period (docs/deploy.md, "Readiness
+    probes on the workers")."""
+    if probe is None:
+        return
+    assert probe.get("periodSeconds", 10) <= 1 and not probe.get("initialDelaySeconds"), (
+        f"{where}: readinessProbe {probe} delays the worker's name up to its period"
+    )
+
+
+def test_the_operators_worker_probe_would_be_caught():
+    """The control: mpi-operator's pi-mpich probe, the one entrypoint.yaml dropped."""
+    with pytest.raises(AssertionError, match="delays the worker's name"):
+        _check_no_late_readiness(
+            "pi-mpich", {"tcpSocket": {"port": 2222}, "initialDelaySeconds": 2}
+        )
+    _check_no_late_readiness("fast", {"tcpSocket": {"port": 2222}, "periodSeconds": 1})
 
 
 def _check_trainer_runtime(example: str, runtime: dict[str, Any]) -> None:

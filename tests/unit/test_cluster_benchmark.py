@@ -38,7 +38,7 @@ def test_each_gate_is_its_example_and_its_gate(gate: str, workers: int) -> None:
     base_probe = base_worker["containers"][0].pop("readinessProbe", None)
     if gate == "ready-probe":
         assert probe == {"tcpSocket": {"port": 22}, "periodSeconds": 1}
-    else:  # entrypoint.yaml's own probe, which gates nothing there, stays
+    else:  # the example's own probe, if it has one, stays
         assert probe == base_probe
     # The workers (but for the probe) are the example's; the launcher's MPI container too, but
     # for its rank count.
