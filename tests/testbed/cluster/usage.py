@@ -30,20 +30,17 @@ class Usage:
     counted: int | None
 
 
-def is_launchers_mpiwait(argv: list[str], environ: dict[str, str]) -> bool:
-    """mpiwait's own interpreter (not a shell that runs it) outside a worker: its initContainer,
-    or the launcher's ENTRYPOINT before it execs mpirun."""
-    names = [os.path.basename(a) for a in argv[:2]]
-    return "mpiwait" in names and environ.get("K_MPI_JOB_ROLE") != "worker"
-
-
-def _read(pid: int) -> tuple[list[str], dict[str, str], float, float] | None:
-    """argv, environment, CPU seconds (with reaped children) and peak RSS in MiB of ``pid``, or
-    None if it is gone."""
+def _launchers(pid: int, program: str) -> tuple[float, float] | None:
+    """CPU seconds (with reaped children) and peak RSS in MiB of ``pid`` if it is ``program``'s
+    interpreter (not a shell that runs it) outside a worker (an initContainer, or the launcher's
+    ENTRYPOINT before it execs mpirun); None otherwise, or if it is gone."""
     base = PROC / str(pid)
     try:
-        argv = (base / "cmdline").read_bytes().split(b"\0")
-        env = (base / "environ").read_bytes().split(b"\0")
+        argv = (base / "cmdline").read_bytes().split(b"\0")[:2]
+        if program.encode() not in [a.rpartition(b"/")[2] for a in argv]:
+            return None  # the common case, read with one file
+        if b"K_MPI_JOB_ROLE=worker" in (base / "environ").read_bytes().split(b"\0"):
+            return None
         stat = (base / "stat").read_text()
         status = (base / "status").read_text()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
@@ -52,21 +49,16 @@ def _read(pid: int) -> tuple[list[str], dict[str, str], float, float] | None:
     fields = stat.rpartition(")")[2].split()
     cpu = sum(int(f) for f in fields[11:15]) / TICKS
     hwm = next((ln.split()[1] for ln in status.splitlines() if ln.startswith("VmHWM:")), "0")
-    environ = dict(e.decode(errors="replace").partition("=")[::2] for e in env if b"=" in e)
-    return [a.decode(errors="replace") for a in argv if a], environ, cpu, int(hwm) / 1024
+    return cpu, int(hwm) / 1024
 
 
 class Watch:
-    """A thread that samples every process ``matches`` accepts, until the watch is left; the
+    """A thread that samples the launcher's ``program`` processes until the watch is left; the
     one with the most CPU time is ``usage()``. ``counter``, if given, is read at each sample in
-    which such a process was alive."""
+    which one was alive."""
 
-    def __init__(
-        self,
-        matches: Callable[[list[str], dict[str, str]], bool] = is_launchers_mpiwait,
-        counter: Callable[[], int] | None = None,
-    ) -> None:
-        self._matches = matches
+    def __init__(self, program: str = "mpiwait", counter: Callable[[], int] | None = None) -> None:
+        self._program = program
         self._counter = counter
         self._seen: dict[int, Usage] = {}
         self._stop = threading.Event()
@@ -89,11 +81,9 @@ class Watch:
         while not self._stop.wait(INTERVAL):
             found = []
             for entry in PROC.iterdir():
-                if not entry.name.isdigit():
-                    continue
-                got = _read(int(entry.name))
-                if got is not None and self._matches(got[0], got[1]):
-                    found.append((int(entry.name), got[2], got[3]))
+                got = _launchers(int(entry.name), self._program) if entry.name.isdigit() else None
+                if got is not None:
+                    found.append((int(entry.name), *got))
             if not found:
                 continue
             counted = self._counter() if self._counter else None
