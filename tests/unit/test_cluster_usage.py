@@ -10,8 +10,9 @@ from pathlib import Path
 
 from testbed.cluster.usage import Watch
 
-# about 64 MiB held, then about half a second of CPU, then idle
-WORK = """#!{python}
+# about 64 MiB held, then about half a second of CPU, then idle; a shebang with options, as
+# the image's /opt/mpiwait/bin/mpiwait has
+WORK = """#!{python} -ISB
 import time
 held = bytearray(64 * 1024 * 1024)
 end = time.process_time() + 0.5

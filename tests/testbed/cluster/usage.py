@@ -36,7 +36,8 @@ def _launchers(pid: int, program: str) -> tuple[float, float] | None:
     ENTRYPOINT before it execs mpirun); None otherwise, or if it is gone."""
     base = PROC / str(pid)
     try:
-        argv = (base / "cmdline").read_bytes().split(b"\0")[:2]
+        # the interpreter, the shebang's options (the image's ``#!.../python3 -ISB``), the script
+        argv = (base / "cmdline").read_bytes().split(b"\0")[:3]
         if program.encode() not in [a.rpartition(b"/")[2] for a in argv]:
             return None  # the common case, read with one file
         if b"K_MPI_JOB_ROLE=worker" in (base / "environ").read_bytes().split(b"\0"):
