@@ -76,10 +76,10 @@ def _gaps(jobs: Jobs, job: str, launcher: str, worker: str, created: float) -> d
 
 def _late_workers(jobs: Jobs, job: str, late_node: str, ref: str, created: float) -> int:
     """How many workers ran on the pulling node, each having waited for a real pull: one pod's
-    pull took the shaped link's time, and every pod's ended no sooner. A pod that joined the
-    pull under way says only its own part of it (containerd fetches the image once)."""
+    pull took the shaped link's time, and every pod's ended at least half of it after the job
+    was created. A pod that joined the pull under way says only its own part of it."""
     late = [w for w in jobs.worker_pods(job) if w["spec"]["nodeName"] == late_node]
-    took = []
+    took: list[float] = []
     for w in late:
         got = [p for p in pulls(jobs, w["metadata"]["name"]) if p.image == ref]
         assert got and all(p.at - created >= PULL_SECONDS / 2 for p in got), (w, got)
