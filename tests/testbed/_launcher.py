@@ -39,6 +39,13 @@ def user_entry(user: str) -> pwd.struct_passwd:
         raise BedError(f"no such user {user!r}") from None
 
 
+def clean_shell(user: str, empty: Path) -> list[tuple[Path, Path]]:
+    """Mounts that give ``user``'s logins a clean shell, like a container image's: ``empty``
+    over the machine's ~/.bashrc (a pyenv init, say), which bash runs for every ssh command."""
+    rc = Path(user_entry(user).pw_dir) / ".bashrc"
+    return [(empty, rc)] if rc.is_file() else []
+
+
 class ClientFile:
     """A read-only attribute: the file ``name`` in the lab's ``client_dir``."""
 
@@ -71,6 +78,7 @@ class LauncherContext:
     # the launcher view: only published names (rewritten in place by publish/unpublish)
     hosts_file = ClientFile("hosts")
     nsswitch_file = ClientFile("nsswitch.conf")
+    empty_file = ClientFile("empty")  # mounted over the workers' ~/.bashrc: clean_shell()
 
     def pinned(self, side: int) -> tuple[str, ...]:
         """The taskset prefix for the launcher (0) or the workers' sshds (1); () unsplit."""

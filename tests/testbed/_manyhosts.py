@@ -23,7 +23,7 @@ from typing import Any
 
 from . import _sys
 from ._faults import ns_iptables
-from ._launcher import LauncherContext
+from ._launcher import LauncherContext, clean_shell
 from ._launcher import split_cpus as split_cpus_
 from ._names import mount_ns_cmd, published_entries, write_hosts_file, write_nsswitch
 from ._namespaces import SSHD, NamespaceLab, Netns, add_namespaces
@@ -155,6 +155,7 @@ class ManyHosts(LauncherContext, NamespaceLab):
                 )
             )
         write_nsswitch(self.nsswitch_file)
+        self.empty_file.write_text("")
         self._write_hosts_file()
 
     def _write_hosts_file(self) -> None:
@@ -178,7 +179,11 @@ class ManyHosts(LauncherContext, NamespaceLab):
         """The set's sshd (or, with own_listeners, one per LISTEN_SOCKS hosts), all logging to
         one file (sshd opens its -E file to append)."""
         prelude = mount_ns_cmd(
-            [(self.hosts_file, "/etc/hosts"), (self.nsswitch_file, "/etc/nsswitch.conf")],
+            [
+                (self.hosts_file, "/etc/hosts"),
+                (self.nsswitch_file, "/etc/nsswitch.conf"),
+                *clean_shell(self.user, self.empty_file),
+            ],
             "manyhosts-sshd",
             netns=self.ns,
         )

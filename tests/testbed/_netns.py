@@ -237,7 +237,6 @@ class TestBed(LauncherContext, HostFaults, NamespaceLab):
     # TMPDIR of the worker sessions (sshd SetEnv) and Open MPI's session-dir base: the workers
     # share the machine's /tmp, and concurrent beds' orteds would race on /tmp/ompi.<host>.<uid>
     tmp_dir = ClientFile("tmp")
-    empty_file = ClientFile("empty")
 
     @property
     def host_key(self) -> Path:

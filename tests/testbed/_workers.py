@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ._launcher import user_entry
+from ._launcher import clean_shell
 from ._names import Mount, mount_ns_cmd
 from ._sshd import SshdBuild, start_sshd, tail
 from ._sys import BedError, kill_group, kill_pids, netns_pids, spawn
@@ -49,12 +49,8 @@ class WorkerProcesses:
         mounts: list[Mount] = [
             (self.worker_hosts_file, "/etc/hosts"),
             (self.nsswitch_file, "/etc/nsswitch.conf"),
+            *clean_shell(self.user, self.empty_file),
         ]
-        # Workers get a clean shell, like a container image: the machine's ~/.bashrc (a pyenv
-        # init, say) would otherwise run on every ssh command and slow each login.
-        rc = Path(user_entry(self.user).pw_dir) / ".bashrc"
-        if rc.is_file():
-            mounts.append((self.empty_file, rc))
         return mount_ns_cmd(
             mounts, f"testbed-{h.short}", netns=h.ns, hostname=h.short, delay=delay,
             overlays=self._views.get(i, ()),
