@@ -57,3 +57,30 @@ def test_a_split_test_bed_runs_the_launcher_and_the_workers_on_cpus_of_their_own
     assert r.returncode == 0, r
     launcher, worker = (set(ln.rsplit(": ", 1)[1].split(",")) for ln in r.stdout.splitlines())
     assert launcher and worker and launcher.isdisjoint(worker), r.stdout
+
+
+@pytest.mark.root
+@testbed.needs("netns")
+def test_worker_logins_run_a_clean_shell_not_the_machines_bashrc(tmp_path: Path):
+    """A worker image's shell, not this machine's ~/.bashrc (a pyenv init: 190 ms a login),
+    which would slow every login of a scale test; the launcher side keeps the machine's."""
+    rc = Path.home() / ".bashrc"
+    machine = str(rc.stat().st_size) if rc.is_file() else "none"
+    probe = f"[ -f {rc} ] && wc -c < {rc} || echo none"
+    with testbed.ManyHosts(1, workdir=tmp_path / "many") as m:
+        many = testbed.run(
+            m,
+            ["-F", str(m.ssh_config), "--hosts", m.names[0], "--timeout", "60"],
+            command=["sh", "-c", f"{probe}; ssh {m.names[0]} '{probe}'"],
+        )
+    with testbed.TestBed(1, workdir=tmp_path / "bed") as b:
+        bed = testbed.run(
+            b,
+            ["--hosts", "w1", "--timeout", "60"],
+            command=["sh", "-c", f"{probe}; ssh w1 '{probe}'"],
+        )
+    for r in (many, bed):
+        assert r.returncode == 0, r
+        launcher, worker = r.stdout.split()
+        assert launcher == machine  # the control: the machine's file, as the lab found it
+        assert worker in ("0", "none"), r.stdout
