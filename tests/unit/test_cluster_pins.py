@@ -78,3 +78,15 @@ def test_corefile_never_forwards_out_of_the_test_bed(dns: str) -> None:
     assert "forward" not in text and f"bind {cluster.CONTROL_IP}" in text and "ttl 30" in text
     assert "rcode NXDOMAIN" in text.split(".:53", 1)[1]  # every other name: no such name
     assert ("disable denial cluster.local" in text) == (dns == "kubeadm")
+
+
+@pytest.mark.parametrize("dns", ["kubeadm", "old-kubeadm"])
+def test_coredns_is_built_with_every_plugin_the_corefile_uses(dns: str) -> None:
+    """modules/shared/coredns imports only the plugins the tier's Corefile names; one missing
+    would stop CoreDNS at the cluster's start ("unknown directive")."""
+    main = (MODULES / "shared/coredns/main.go").read_text()
+    built = set(re.findall(r'"github\.com/coredns/coredns/plugin/(\w+)"', main))
+    text = corefile(dns, cluster.HERE / "admin.kubeconfig")
+    used = set(re.findall(r"^    (\w+)", text, re.M))  # a server block's directives
+    assert {"kubernetes", "cache", "template"} <= used  # the control: the parse finds them
+    assert used <= built, used - built
