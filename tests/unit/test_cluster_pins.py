@@ -61,7 +61,7 @@ def _requires(directory: str) -> dict[str, str]:
 def test_jobset_shares_every_library_but_controller_runtime_with_the_shared_module() -> None:
     """JobSet does not build on Trainer's and Kueue's controller-runtime, so it has a module of
     its own; every other library there is at the shared module's version, so the Go build
-    compiles it once for both (what keeps the cold build within CI's budget)."""
+    compiles it once for both (part of the cold build's saving, docs/testing.md)."""
     shared, jobset = _requires("shared"), _requires("jobset")
     differ = {m for m in shared.keys() & jobset.keys() if shared[m] != jobset[m]}
     assert len(shared.keys() & jobset.keys()) > 50  # the control: the two do share libraries
