@@ -15,6 +15,10 @@ Scenarios (names for --scenarios):
               WaitForWorkersReady (with and without a readiness probe) or not at all; the
               workers' nodes pull the image for real (25 s), and the launcher's node too (run
               alone: --scenarios cluster; one MPIJob at a time; --cluster-workers, default 4)
+  clusterscale 8. on that cluster, one MPIJob of 65 workers over the two worker nodes, one of
+              them pulling: Open MPI 4 (its daemons spawned through the workers) and MPICH;
+              time to the first rank, gaps, restarts, mpiwait's CPU, memory and DNS queries
+              (run alone: --scenarios clusterscale; --scale-workers, default 65)
 
 Writes benchmarks/results/<date-time>/ (results.json, results.md, table.txt, and with --chart
 launch-gap.png); --publish also copies the Markdown (and chart) to benchmarks/RESULTS.md.
@@ -42,7 +46,10 @@ from benchmarks.peers import ALL as ALL_METHODS
 from benchmarks.peers import BEFORE
 from benchmarks.peers import base as base_method
 
-SCENARIOS = ("gap", "gap64", "scale", "startup", "load", "listready", "gapscale", "cluster")
+SCENARIOS = (
+    "gap", "gap64", "scale", "startup", "load", "listready", "gapscale", "cluster", "clusterscale",
+)  # fmt: skip
+ALONE = ("cluster", "clusterscale")  # each brings a cluster up and runs alone
 QUICK_GAP_METHODS = ("mpiwait", "dns-entrypoint", "parallel-openssh")  # no 10-s sleeps
 
 
@@ -72,9 +79,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--scenarios",
         type=_csv,
-        default=[s for s in SCENARIOS if s not in ("gapscale", "cluster")],
+        default=[s for s in SCENARIOS if s not in ("gapscale", *ALONE)],
         help=f"comma-separated, from {','.join(SCENARIOS)} (default: all but gapscale, "
-        "which takes about 5 minutes a repetition and variant, and cluster, which runs alone)",
+        "which takes about 5 minutes a repetition and variant, and cluster and clusterscale, "
+        "which run alone)",
     )
     ap.add_argument(
         "--methods",
@@ -128,6 +136,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--cluster-workers", type=int, default=4, help="workers of cluster's MPIJob (default 4)"
     )
+    ap.add_argument(
+        "--scale-workers", type=int, default=65,
+        help="workers of clusterscale's MPIJobs (default 65)",
+    )  # fmt: skip
     ap.add_argument("--load-hosts", type=int, default=50, help="hosts in load (default 50)")
     ap.add_argument(
         "--down", type=float, default=30.0, help="seconds the hosts of load stay down (default 30)"
@@ -289,13 +301,13 @@ def _warm(ctx: Context) -> None:
 
 
 def _cluster(args: argparse.Namespace) -> int:
-    """Scenario 7 on its own: it brings a cluster up (building what is missing) and down."""
+    """Scenario 7 or 8 on its own: it brings a cluster up (building what is missing) and down."""
     import tempfile
 
     from testbed import cluster as kube
     from testbed.cluster.images import cluster_with_images
 
-    from benchmarks import s7_cluster
+    from benchmarks import s7_cluster, s8_cluster_scale
 
     problem = kube.missing_requirements()
     if problem:
@@ -303,28 +315,38 @@ def _cluster(args: argparse.Namespace) -> int:
         return 2
     out = (args.out or REPO / "benchmarks" / "results" / time.strftime("%Y%m%d-%H%M%S")).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    (scenario,) = args.scenarios
     t0 = time.time()
     with (
         tempfile.TemporaryDirectory(prefix="mpiwait-bench-k8s-") as tmp,
         cluster_with_images(Path(tmp)) as c,
     ):
-        md = s7_cluster.run(c, args.reps or 3, out, args.cluster_workers)
+        if scenario == "cluster":
+            name, workers, reps = "cluster", args.cluster_workers, args.reps or 3
+            md = s7_cluster.run(c, reps, out, workers)
+        else:
+            name, workers, reps = "cluster-scale", args.scale_workers, args.reps
+            md = s8_cluster_scale.run_all(c, reps, out, workers)
+    number = 7 if scenario == "cluster" else 8
     head = (
-        f"Scenario 7 ({time.strftime('%Y-%m-%d %H:%M %Z')}, {_machine()}, git {_git(REPO)}, "
-        f"{args.cluster_workers} workers, {args.reps or 3} repetitions, "
+        f"Scenario {number} ({time.strftime('%Y-%m-%d %H:%M %Z')}, {_machine()}, git "
+        f"{_git(REPO)}, {workers} workers, {reps} repetitions, "
         f"{(time.time() - t0) / 60:.1f} min)\n\n"
     )
-    (out / "cluster.md").write_text(head + md + "\n")
+    (out / f"{name}.md").write_text(head + md + "\n")
     print(head + md)
-    print(f"\nwritten: {out}/cluster.json, cluster.md, cluster.png")
+    print(f"\nwritten: {out}/{name}.json, {name}.md" + (", cluster.png" if number == 7 else ""))
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if "cluster" in args.scenarios:
-        if args.scenarios != ["cluster"]:
-            sys.stderr.write("benchmarks: scenario cluster runs alone (--scenarios cluster)\n")
+    alone = [s for s in args.scenarios if s in ALONE]
+    if alone:
+        if len(args.scenarios) != 1:
+            sys.stderr.write(
+                f"benchmarks: scenario {alone[0]} runs alone (--scenarios {alone[0]})\n"
+            )
             return 2
         return _cluster(args)
     problem = _preflight(args)

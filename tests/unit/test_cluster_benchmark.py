@@ -3,12 +3,15 @@ its documented example, scaled to the scene's workers, plus its gate, and nothin
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import testbed
 from testbed.cluster import images
 from testbed.cluster.mpijob import as_deployed, load_example
+from testbed.cluster.scale import Outcome
 
-from benchmarks import s7_cluster
+from benchmarks import cli, s7_cluster, s8_cluster_scale
 
 pytestmark = testbed.needs("pyyaml")
 
@@ -55,3 +58,45 @@ def test_each_gate_pulls_its_own_mpi_image() -> None:
         worker = doc["spec"]["mpiReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]
         pulled = s7_cluster.form(gate).pulled
         assert worker["image"] in {r for i in pulled for r in images.pushes()[i]}
+
+
+# Scenario 8 (benchmarks/s8_cluster_scale.py): a run counts as clean only as the tier's test
+# would pass it.
+
+
+def _outcome(**change: object) -> Outcome:
+    workers = ["j-worker-0", "j-worker-1"]
+    got = Outcome(
+        job="j", workers=workers, created=0.0, finished="Succeeded",
+        launchers=[{"metadata": {"name": "j-launcher-x"}}], launcher_job_failed=0,
+        log="j-worker-0\nj-worker-1\n", waiter_log=None, late_node="n3", late_pulls={},
+        figures={"launcher_restarts": 0},
+    )  # fmt: skip
+    return dataclasses.replace(got, **change)  # type: ignore[arg-type]
+
+
+def test_scale_run_is_clean_only_when_every_worker_was_reached_without_a_restart() -> None:
+    assert s8_cluster_scale.clean(_outcome())  # the control
+    assert not s8_cluster_scale.clean(_outcome(log="j-worker-0\n"))
+    assert not s8_cluster_scale.clean(_outcome(figures={"launcher_restarts": 1}))
+    assert not s8_cluster_scale.clean(_outcome(launcher_job_failed=1))
+    assert not s8_cluster_scale.clean(_outcome(finished="Failed"))
+    assert not s8_cluster_scale.clean(_outcome(launchers=[]))
+
+
+def test_scale_table_marks_unclean_runs_and_missing_figures() -> None:
+    rows = [
+        {"form": "openmpi4", "workers": 65, "clean": True, "to_first_rank_s": 61.3},
+        {"form": "mpich", "workers": 65, "clean": False, "finished": "timeout"},
+    ]
+    lines = s8_cluster_scale.table(rows).splitlines()
+    assert lines[2].startswith("| openmpi4 | 65 | yes | - | 61.3 s |")
+    assert lines[3].startswith("| mpich | 65 | no (timeout) | - | - |")
+
+
+@pytest.mark.parametrize("scenarios", [["clusterscale", "gap"], ["cluster", "clusterscale"]])
+def test_cluster_scenarios_run_alone(
+    scenarios: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli.main(["--scenarios", ",".join(scenarios)]) == 2
+    assert "runs alone" in capsys.readouterr().err
