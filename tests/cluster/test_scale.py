@@ -4,7 +4,7 @@ worker, with Open MPI 4 (initcontainer.yaml) and MPICH's hydra (entrypoint.yaml)
 
 The same jobs at 65 workers, where Open MPI 4 spawns its daemons through the workers, are
 benchmarks/s8_cluster_scale.py: with them the cold run exceeded CI's budget (docs/testing.md).
-Each run here records its figures too (printed, and in the JUnit XML as properties)."""
+Each run here prints its figures too."""
 
 from __future__ import annotations
 
