@@ -11,6 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from test_mpijobs import assert_one_clean_launch
 from testbed.cluster.mpijob import Jobs
 from testbed.cluster.pulls import PULL_SECONDS
 from testbed.cluster.scale import FORMS, Outcome, run
@@ -18,17 +19,14 @@ from testbed.cluster.scale import FORMS, Outcome, run
 WORKERS = 16
 
 
-def assert_clean_at_scale(jobs: Jobs, got: Outcome) -> None:
-    """One launcher pod, never restarted, the job succeeded, mpirun reached every worker, and
-    the pulling node's workers each waited for a real pull: one pod's pull took the shaped
-    link's time, and every pod's ended at least half of it after the job was created (a pod
-    that joined the pull under way says only its own part of it)."""
+def assert_clean_at_scale(jobs: Jobs, got: Outcome, container: str) -> None:
+    """One clean launch (``assert_one_clean_launch``: one launcher pod, never restarted, the job
+    succeeded, mpirun reached every worker), and the pulling node's workers each waited for a
+    real pull: one pod's pull took the shaped link's time, and every pod's ended at least half
+    of it after the job was created (a pod that joined the pull under way says only its own part
+    of it)."""
     assert got.finished == jobs.SUCCEEDED, jobs.describe(got.job)
-    assert len(got.launchers) == 1, jobs.describe(got.job)
-    assert got.launchers[0]["status"]["phase"] == "Succeeded"
-    assert got.figures["launcher_restarts"] == 0 and got.launcher_job_failed == 0
-    for w in got.workers:
-        assert w in got.log, got.log
+    assert_one_clean_launch(jobs, got.job, got.workers, container)
     assert 0 < len(got.late_pulls) < len(got.workers), got.late_pulls
     took: list[float] = []
     for pod, pulled in got.late_pulls.items():
@@ -50,7 +48,7 @@ def test_openmpi4_16_workers_one_node_pulling(
 ) -> None:
     """initcontainer.yaml with 16 workers (Open MPI 4)."""
     got = run(jobs, FORMS["openmpi4"], WORKERS)
-    assert_clean_at_scale(jobs, got)
+    assert_clean_at_scale(jobs, got, FORMS["openmpi4"].launcher)
     lines = got.log.splitlines()
     assert all(lines.count(w) == 1 for w in got.workers), got.log  # one rank on every worker
     assert got.waiter_log is not None
@@ -63,6 +61,6 @@ def test_mpich_hydra_16_workers_one_node_pulling(
 ) -> None:
     """entrypoint.yaml (MPICH, mpiwait the image's ENTRYPOINT) with 16 workers."""
     got = run(jobs, FORMS["mpich"], WORKERS)
-    assert_clean_at_scale(jobs, got)
+    assert_clean_at_scale(jobs, got, FORMS["mpich"].launcher)
     assert got.waiter_log is None and re.search(rf"all {WORKERS} hosts ready", got.log), got.log
     _report(record_property, f"mpich {WORKERS} workers", got)

@@ -111,8 +111,9 @@ def run(jobs: Jobs, form: Form, workers: int, timeout: float = 600) -> Outcome:
         pod = launchers[0]["metadata"]["name"]
         log = jobs.logs(pod, form.launcher)
         inits = [c["name"] for c in launchers[0]["spec"].get("initContainers", [])]
-        waiter_log = jobs.logs(pod, WAITER) if WAITER in inits else None
-        figures |= _gaps(jobs, launchers[0], form, set(names), created)
+        waiter = WAITER if WAITER in inits else form.launcher  # mpiwait's container
+        waiter_log = jobs.logs(pod, WAITER) if waiter == WAITER else None
+        figures |= _gaps(jobs, launchers[0], waiter, form, set(names), created)
         if waiter_log is not None:
             queries = jobs.cluster.dns_queries_from(launchers[0]["status"]["podIP"])
             figures["launcher_pod_dns_queries_per_worker"] = round(queries / workers, 1)
@@ -132,13 +133,13 @@ def run(jobs: Jobs, form: Form, workers: int, timeout: float = 600) -> Outcome:
 
 
 def _gaps(
-    jobs: Jobs, launcher: dict[str, Any], form: Form, names: set[str], created: float
-) -> dict[str, Any]:
-    """Creation to the first rank, and the last worker's sshd listening to mpiwait's go and to
-    the first rank (each by the kubelet's timestamps); None where a line never came."""
+    jobs: Jobs, launcher: dict[str, Any], waiter: str, form: Form, names: set[str],
+    created: float,
+) -> dict[str, Any]:  # fmt: skip
+    """Creation to the first rank, and the last worker's sshd listening to mpiwait's go (in
+    ``waiter``'s log) and to the first rank (each by the kubelet's timestamps); None where a
+    line never came."""
     pod = launcher["metadata"]["name"]
-    inits = [c["name"] for c in launcher["spec"].get("initContainers", [])]
-    waiter = WAITER if WAITER in inits else form.launcher
     last_sshd = jobs.last_sshd_at(names, form.worker)
     go = jobs.first_line_at(pod, waiter, lambda t: bool(re.search(r"all \d+ hosts ready", t)))
     first_rank = jobs.first_line_at(pod, form.launcher, from_a_rank(names))
